@@ -1,0 +1,425 @@
+"""Verification of any implementation of a registered op against its float64 reference.
+
+A result passes only if, for several fresh seeds per case and for the output and every gradient
+the spec names, all of these hold (DESIGN.md, "Verification rules"):
+
+1. shape, dtype and device equal those of PyTorch's own implementation; NaN positions and signed
+   infinities equal the reference's exactly;
+2. every element was written: allocations made during the call are poisoned (NaN, or a sentinel
+   for integers) and the output is snapshotted on the caller's stream right after the call, so
+   unwritten elements and work left running on another stream show up as mismatches;
+3. relative-L2 error <= l2_factor * (PyTorch's error in the same dtype) + floor(dtype), and
+   elementwise |impl - ref| <= atol * scale + rtol * |ref| (scale: the largest finite |ref|,
+   grown with the reduction length);
+4. the reference is not all zeros;
+5. inputs are bitwise unchanged unless the spec says the op mutates them;
+6. ops that promise determinism give bitwise-identical results on a repeat call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from . import registry
+from .inputs import make_generator
+from .spec import Case, Inputs, OpSpec
+
+POISON_INT = 0x5A5A5A5A
+
+
+@dataclass
+class Check:
+    """Error figures of one output (the result, or one gradient) of one call."""
+
+    output: str
+    passed: bool
+    reasons: list[str] = field(default_factory=list)
+    err_l2: float = math.nan
+    torch_err_l2: float = math.nan
+    budget_l2: float = math.nan
+    max_abs_err: float = math.nan
+    mismatches: int = 0
+    numel: int = 0
+    worst: str = ""
+
+
+@dataclass
+class VerifyRow:
+    """One (case, dtype, seed) of one op: the checks of each output."""
+
+    op: str
+    case: str
+    dtype: str
+    seed: int
+    checks: list[Check]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def describe(self) -> str:
+        parts = []
+        for c in self.checks:
+            if not c.passed:
+                parts.append(
+                    f"{c.output}: {'; '.join(c.reasons)} (err_l2={c.err_l2:.3g}, "
+                    f"budget={c.budget_l2:.3g}, torch={c.torch_err_l2:.3g}, "
+                    f"max_abs={c.max_abs_err:.3g}, mismatches={c.mismatches}/{c.numel}"
+                    f"{', worst ' + c.worst if c.worst else ''})"
+                )
+        return f"{self.op}[{self.case}, {self.dtype}, seed {self.seed}]: " + (
+            " | ".join(parts) if parts else "ok"
+        )
+
+
+@dataclass
+class VerifyReport:
+    """All rows of one :func:`verify_op` call; ``passed`` is True only if every row passed."""
+
+    op: str
+    rows: list[VerifyRow]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    def failures(self) -> list[VerifyRow]:
+        return [r for r in self.rows if not r.passed]
+
+    def summary(self) -> str:
+        bad = self.failures()
+        head = f"{self.op}: {len(self.rows) - len(bad)}/{len(self.rows)} passed"
+        return "\n".join([head] + [r.describe() for r in bad])
+
+
+# ----------------------------------------------------------------------------- poisoning
+
+
+def _poison(t: torch.Tensor) -> torch.Tensor:
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(POISON_INT if torch.iinfo(t.dtype).max >= POISON_INT else torch.iinfo(t.dtype).max)
+    return t
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Make torch.empty / empty_like / empty_strided / Tensor.new_empty return poisoned memory.
+
+    Covers allocations made from Python during the call (roofkit's wrappers and any user
+    implementation written in Python), so an output element nobody wrote cannot pass.
+    """
+    originals = {
+        "empty": torch.empty,
+        "empty_like": torch.empty_like,
+        "empty_strided": torch.empty_strided,
+    }
+    new_empty = torch.Tensor.new_empty
+
+    def wrap(fn):
+        def poisoned(*args, **kwargs):
+            return _poison(fn(*args, **kwargs))
+
+        return poisoned
+
+    try:
+        for name, fn in originals.items():
+            setattr(torch, name, wrap(fn))
+        torch.Tensor.new_empty = wrap(new_empty)
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+        torch.Tensor.new_empty = new_empty
+
+
+# ----------------------------------------------------------------------------- comparison
+
+
+def _as_tuple(out) -> tuple:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    if a.is_floating_point():
+        # Equal values, or both NaN; signed zeros must match too (bit patterns).
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        return bool(same.all()) and bool((torch.signbit(a) == torch.signbit(b)).all())
+    return torch.equal(a, b)
+
+
+def compare(
+    name: str,
+    got: torch.Tensor,
+    ref: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    l2_factor: float,
+    l2_floor: float,
+    device: torch.device,
+) -> Check:
+    """Compare ``got`` with the float64 ``ref``; ``expected`` is PyTorch's own same-dtype result."""
+    c = Check(output=name, passed=True, numel=int(ref.numel()))
+    if not isinstance(got, torch.Tensor):
+        c.passed = False
+        c.reasons.append(f"returned {type(got).__name__}, expected a tensor")
+        return c
+    if tuple(got.shape) != tuple(expected.shape):
+        c.reasons.append(f"shape {tuple(got.shape)} != {tuple(expected.shape)}")
+    if got.dtype != expected.dtype:
+        c.reasons.append(f"dtype {got.dtype} != {expected.dtype}")
+    if got.device.type != device.type:
+        c.reasons.append(f"device {got.device} != {device}")
+    if c.reasons:
+        c.passed = False
+        return c
+    if ref.numel() == 0:
+        return c
+    g = got.detach().to(torch.float64)
+    r = ref.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+
+    nan_bad = torch.isnan(g) != torch.isnan(r)
+    inf_bad = (torch.isinf(g) | torch.isinf(r)) & ~(torch.isinf(g) & torch.isinf(r) & (g == r))
+    inf_bad &= ~torch.isnan(r)
+    special_bad = nan_bad | inf_bad
+    n_special = int(special_bad.sum())
+    if n_special:
+        idx = _unravel(int(special_bad.flatten().nonzero()[0]), r.shape)
+        c.reasons.append(
+            f"{n_special} NaN/inf position(s) differ from the reference, first at {idx} "
+            f"(got {g[idx].item()}, ref {r[idx].item()})"
+        )
+
+    finite = torch.isfinite(r)
+    rf, gf, ef = r[finite], g[finite], e[finite]
+    gf = torch.where(torch.isfinite(gf), gf, torch.full_like(gf, math.inf))
+    ref_norm = float(torch.linalg.vector_norm(rf)) if rf.numel() else 0.0
+    if rf.numel() and ref_norm == 0.0:
+        # Rule 4: a zero reference proves nothing by tolerance; such an output (e.g. the gradient
+        # of a one-element softmax) must be exactly zero, which poisoned memory never is.
+        c.max_abs_err = float((gf - rf).abs().max())
+        if c.max_abs_err != 0.0:
+            c.reasons.append(f"reference is exactly zero but the output is not (max |err| {c.max_abs_err:.3g})")
+    if rf.numel() and ref_norm > 0.0:
+        diff = gf - rf
+        c.err_l2 = float(torch.linalg.vector_norm(diff)) / ref_norm
+        e_ok = torch.isfinite(ef)
+        te = torch.where(e_ok, ef - rf, torch.zeros_like(rf))
+        c.torch_err_l2 = float(torch.linalg.vector_norm(te)) / ref_norm
+        c.budget_l2 = l2_factor * c.torch_err_l2 + l2_floor
+        if not c.err_l2 <= c.budget_l2:
+            c.reasons.append(f"relative L2 error {c.err_l2:.3g} > budget {c.budget_l2:.3g}")
+        scale = float(rf.abs().max())
+        absdiff = diff.abs()
+        # Elementwise limit: the per-dtype table, never tighter than what the dtype can represent
+        # (its smallest normal) nor than l2_factor x PyTorch's own worst elementwise error (so an
+        # ill-conditioned element is judged against what the hardware precision allows).
+        floor_abs = max(torch.finfo(got.dtype).tiny, l2_factor * float(te.abs().max()))
+        limit = (atol * scale + rtol * rf.abs()).clamp_min(floor_abs)
+        bad = ~(absdiff <= limit)
+        c.mismatches = int(bad.sum())
+        c.max_abs_err = float(absdiff.max())
+        if c.mismatches:
+            ratio = torch.where(bad, absdiff / limit.clamp_min(1e-300), torch.zeros_like(absdiff))
+            k = int(ratio.argmax())
+            flat_idx = int(finite.flatten().nonzero()[k])
+            idx = _unravel(flat_idx, r.shape)
+            c.worst = f"{idx}: got {g[idx].item():.6g}, ref {r[idx].item():.6g}"
+            c.reasons.append(
+                f"{c.mismatches} element(s) outside max(atol={atol * scale:.3g} + rtol={rtol:.3g}*|ref|, "
+                f"{floor_abs:.3g})"
+            )
+    c.passed = not c.reasons
+    return c
+
+
+def _unravel(flat: int, shape) -> tuple:
+    idx = []
+    for s in reversed(tuple(shape)):
+        idx.append(flat % s)
+        flat //= s
+    return tuple(reversed(idx))
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def select_cases(spec: OpSpec, device: torch.device, *, quick: bool = False, slow: bool = False) -> list[Case]:
+    """The cases of ``spec`` that run on ``device``: ``gpu``/``slow`` need CUDA, ``slow`` needs ``slow``."""
+    out = []
+    for c in spec.cases:
+        if device.type != "cuda" and ({"gpu", "slow"} & c.tags):
+            continue
+        if "slow" in c.tags and not slow:
+            continue
+        if quick and "quick" not in c.tags:
+            continue
+        out.append(c)
+    return out
+
+
+def _with_grad(inputs: Inputs, positions: Sequence[int]) -> Inputs:
+    args = list(inputs.args)
+    for i in positions:
+        if isinstance(args[i], torch.Tensor):
+            args[i] = args[i].detach().requires_grad_(True)
+    return Inputs(tuple(args), dict(inputs.kwargs))
+
+
+def _grad_targets(inputs: Inputs, positions: Sequence[int]) -> list[tuple[int, torch.Tensor]]:
+    return [(i, inputs.args[i]) for i in positions if isinstance(inputs.args[i], torch.Tensor)]
+
+
+def _run(
+    fn: Callable,
+    inputs: Inputs,
+    grad_positions: Sequence[int],
+    grad_out_seed: int,
+    poison: bool,
+    dy_dtype: torch.dtype | None = None,
+):
+    """Call ``fn`` and, if asked, backpropagate a seeded random gradient.
+
+    The gradient is drawn in float32, rounded to ``dy_dtype`` (default: the output's dtype) and
+    then cast to the output's dtype, so the float64 reference sees exactly the values the
+    implementation sees. Returns (name, tensor) snapshots taken on the current stream right after
+    each call, before any synchronization, so work still running elsewhere is caught.
+    """
+    ctx = poisoned_allocations() if poison else contextlib.nullcontext()
+    inp = _with_grad(inputs, grad_positions)
+    targets = _grad_targets(inp, grad_positions)
+    results = []
+    with ctx:
+        outs = _as_tuple(fn(*inp.args, **inp.kwargs))
+        results += [(f"out{i}" if len(outs) > 1 else "out", o.detach().clone() if isinstance(o, torch.Tensor) else o) for i, o in enumerate(outs)]
+        if targets:
+            out0 = outs[0]
+            g = make_generator(grad_out_seed, out0.device)
+            dy = torch.randn(out0.shape, generator=g, device=out0.device, dtype=torch.float32)
+            dy = dy.to(dy_dtype or out0.dtype).to(out0.dtype)
+            grads = torch.autograd.grad(out0, [t for _, t in targets], dy, allow_unused=True)
+            for (i, _), gr in zip(targets, grads):
+                snap = gr.detach().clone() if gr is not None else None
+                results.append((f"grad[{i}]", snap))
+    return results
+
+
+def verify_case(
+    spec: OpSpec,
+    impl: Callable,
+    case: Case,
+    dtype: torch.dtype,
+    seed: int,
+    device: torch.device,
+    *,
+    check_determinism: bool = True,
+) -> VerifyRow:
+    """Verify ``impl`` on one (case, dtype, seed); see the module docstring for the rules."""
+    gen = make_generator(seed, device)
+    inputs = spec.make_inputs(case, dtype, gen, device)
+    pristine = inputs.map(lambda t: t.detach().clone())
+    grad_pos = spec.grad_args if case.get("grad", True) else ()
+    grad_seed = seed + 7919
+
+    expected = _run(spec.torch_impl, inputs.map(lambda t: t.detach().clone()), grad_pos, grad_seed, poison=False)
+    ref_inputs = inputs.map(lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach())
+    refs = _run(spec.reference, ref_inputs, grad_pos, grad_seed, poison=False, dy_dtype=expected[0][1].dtype)
+    got = _run(impl, inputs, grad_pos, grad_seed, poison=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+    rtol, atol = spec.tolerance.elementwise(dtype, spec.reduction_length(case))
+    checks = []
+    for (name, r), (_, e), (_, o) in zip(refs, expected, got):
+        if r is None:
+            continue
+        if o is None:
+            checks.append(Check(output=name, passed=False, reasons=["no gradient returned"]))
+            continue
+        checks.append(
+            compare(
+                name, o, r, e,
+                rtol=rtol, atol=atol,
+                l2_factor=spec.tolerance.l2_factor,
+                l2_floor=spec.tolerance.l2_floor[dtype],
+                device=device,
+            )
+        )
+    if len(got) != len(refs):
+        checks.append(Check(output="outputs", passed=False, reasons=[f"{len(got)} results, expected {len(refs)}"]))
+
+    # Rule 5: inputs untouched (bitwise) unless the op mutates them.
+    for pos, (a, b) in enumerate(zip(inputs.args, pristine.args)):
+        if isinstance(a, torch.Tensor) and pos not in spec.mutates and not _bitwise_equal(a.detach(), b):
+            checks.append(Check(output=f"input[{pos}]", passed=False, reasons=["input was modified"]))
+
+    # Rule 6: a repeat call on the same inputs gives the same bits.
+    if spec.deterministic and check_determinism:
+        again = _run(impl, pristine.map(lambda t: t.clone()), grad_pos, grad_seed, poison=True)
+        for (name, o1), (_, o2) in zip(got, again):
+            if isinstance(o1, torch.Tensor) and isinstance(o2, torch.Tensor) and not _bitwise_equal(o1, o2):
+                checks.append(Check(output=name, passed=False, reasons=["not bitwise identical on a repeat call"]))
+    return VerifyRow(spec.name, case.name, str(dtype).removeprefix("torch."), seed, checks)
+
+
+def verify_op(
+    op: OpSpec | str,
+    impl: Callable | None = None,
+    *,
+    dtypes: Iterable[torch.dtype] | None = None,
+    cases: Iterable[Case | str] | None = None,
+    seeds: int = 3,
+    device: torch.device | str | None = None,
+    quick: bool = False,
+    slow: bool = False,
+) -> VerifyReport:
+    """Verify ``impl`` (default: roofkit's own) against the float64 reference of ``op``.
+
+    Args:
+        op: an :class:`OpSpec` or the name of a registered op.
+        impl: any callable with the op's public signature.
+        dtypes: dtypes to check (default: the spec's, narrowed per case).
+        cases: cases or case names (default: every case that runs on ``device``).
+        seeds: fresh random inputs per (case, dtype).
+        device: where inputs live (default: CUDA if present, else CPU through the interpreter).
+        quick, slow: case selection when ``cases`` is None (see :func:`select_cases`).
+    Returns:
+        VerifyReport whose ``passed`` is True only if every check of every row passed.
+    Raises:
+        KeyError for an unknown op or case name; exceptions raised by ``impl`` propagate.
+    """
+    spec = registry.get(op) if isinstance(op, str) else op
+    impl = impl if impl is not None else spec.impl
+    device = torch.device(device) if device is not None else default_device()
+    if cases is None:
+        chosen = select_cases(spec, device, quick=quick, slow=slow)
+    else:
+        chosen = [spec.case(c) if isinstance(c, str) else c for c in cases]
+    wanted = tuple(dtypes) if dtypes is not None else None
+    rows = []
+    for c in chosen:
+        for dt in spec.case_dtypes(c):
+            if wanted is not None and dt not in wanted:
+                continue
+            for s in range(seeds):
+                rows.append(verify_case(spec, impl, c, dt, 1000 * s + 17, device, check_determinism=(s == 0)))
+    return VerifyReport(spec.name, rows)

@@ -1,0 +1,82 @@
+"""Host-side helpers shared by the op modules: argument checks, row views, device facts."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def interpreter_active() -> bool:
+    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def bf16_rne(dtype: torch.dtype) -> bool:
+    """Whether kernels must round bfloat16 stores by hand (see ``_jit._round_for_store``)."""
+    return dtype == torch.bfloat16 and interpreter_active()
+
+
+def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES) -> None:
+    """Raise TypeError / ValueError naming ``op`` and ``name`` unless ``t`` is a usable tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"roofkit.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        allowed = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(f"roofkit.{op}: {name} must have dtype {allowed}; got {str(t.dtype).removeprefix('torch.')}")
+    if t.device.type == "cuda":
+        return
+    if t.device.type == "cpu" and interpreter_active():
+        return
+    raise ValueError(
+        f"roofkit.{op}: {name} is on {t.device}; roofkit's kernels need a CUDA tensor "
+        "(or TRITON_INTERPRET=1 to run them on CPU tensors through the Triton interpreter)"
+    )
+
+
+def check_same_device(op: str, name: str, t: torch.Tensor, ref: torch.Tensor) -> None:
+    if t.device != ref.device:
+        raise ValueError(f"roofkit.{op}: {name} is on {t.device} but input is on {ref.device}")
+
+
+def row_view(t: torch.Tensor, dim: int) -> torch.Tensor | None:
+    """``t`` with ``dim`` moved last, as a 2-D (rows, N) *view* sharing memory, or None."""
+    tm = t.movedim(dim, -1)
+    n = tm.shape[-1]
+    try:
+        return tm.view(-1, n)
+    except RuntimeError:
+        return None
+
+
+def rows_of(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """A 2-D (rows, N) tensor holding ``t`` with ``dim`` last: a view when strides allow, else a copy."""
+    v = row_view(t, dim)
+    if v is not None:
+        return v
+    return t.movedim(dim, -1).contiguous().view(-1, t.shape[dim])
+
+
+def needs_int64(*extents: int) -> bool:
+    """True if an element offset built from these (size * stride) products can reach 2**31."""
+    return sum(abs(e) for e in extents) >= 2**31
+
+
+def next_pow2(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_type: str, index: int | None) -> int:
+    if device_type == "cuda":
+        return torch.cuda.get_device_properties(index).multi_processor_count
+    return os.cpu_count() or 1
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (read from the device); CPU cores on CPU."""
+    return _sm_count(device.type, device.index if device.type == "cuda" else None)

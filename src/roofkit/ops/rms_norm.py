@@ -1,0 +1,499 @@
+"""RMSNorm over the last dimension, forward and backward.
+
+    y = x / sqrt(mean(x**2) + eps) * weight
+
+Program mapping: the input is viewed as (M rows, N); one forward program owns BLOCK_M rows
+(rows up to ``ONE_PASS_MAX_N`` held on chip: one read, one write; longer rows loop twice). The
+backward runs a fixed grid of G programs (a multiple of the SM count), each over a contiguous
+range of rows, writing dx and one fp32 row of partial weight gradients; a second kernel sums the
+G partials column by column in a fixed order, so dweight is deterministic.
+Source: Zhang & Sennrich, "Root Mean Square Layer Normalization" (2019); Triton tutorial 05
+(layer norm, two-stage weight-gradient reduction).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from ..harness.inputs import random_tensor
+from ..harness.spec import Cost, Inputs, OpSpec, case
+from ._jit import _round_for_store
+from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, rows_of, sm_count
+
+# ----------------------------------------------------------------------------- reference, cost
+
+
+def rms_norm_reference(input, normalized_shape, weight=None, eps=None):
+    """RMSNorm in float64; ``eps`` defaults to the machine epsilon of the *caller's* dtype, which
+    the harness passes explicitly (see ``_make_inputs``)."""
+    x = input.to(torch.float64)
+    eps = torch.finfo(torch.float64).eps if eps is None else eps
+    y = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.to(torch.float64)
+    return y
+
+
+def rms_norm_cost(case, dtype: torch.dtype) -> Cost:
+    """Forward: read x (M*N) and weight (N), write y (M*N); 4 FLOP per element.
+    ``mode='fwd_bwd'`` adds the backward: read x, dy, weight; write dx and dweight (the five
+    M*N passes of the forward+backward pair); about 8 FLOP per element."""
+    m, n = math.prod(case["shape"][:-1]), case["shape"][-1]
+    size = torch.empty((), dtype=dtype).element_size()
+    fwd = Cost(flops=4 * m * n, bytes=(2 * m * n + n) * size)
+    if case.get("mode", "fwd") == "fwd_bwd":
+        return Cost(flops=fwd.flops + 8 * m * n, bytes=fwd.bytes + (3 * m * n + 2 * n) * size)
+    return fwd
+
+
+# ----------------------------------------------------------------------------- launch heuristic
+
+ONE_PASS_MAX_N = 16384  # longest row held on chip (elements)
+LOOP_BLOCK_N = 4096  # chunk of a longer row per loop iteration
+PROGRAMS_PER_SM = 4  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
+
+
+def _fwd_config(n: int) -> tuple[bool, int, int, int]:
+    """(one_pass, BLOCK_M, BLOCK_N, num_warps) for the forward over rows of ``n``."""
+    block_n = next_pow2(n)
+    if block_n <= ONE_PASS_MAX_N:
+        block_m = max(1, min(32, 2048 // block_n))
+        num_warps = min(16, max(4, block_m * block_n // 512))
+        return True, block_m, block_n, num_warps
+    return False, 1, LOOP_BLOCK_N, 16
+
+
+def _bwd_config(n: int) -> tuple[bool, int, int]:
+    block_n = next_pow2(n)
+    if block_n <= ONE_PASS_MAX_N:
+        return True, block_n, min(16, max(4, block_n // 256))
+    return False, LOOP_BLOCK_N, 16
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _rms_norm_fwd_kernel(
+    x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps,
+    stride_xm, stride_ym,
+    HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """y and 1/rms of BLOCK_M rows. Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N loop twice."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    x_rows = x_ptr + rows64[:, None] * stride_xm
+    y_rows = y_ptr + rows64[:, None] * stride_ym
+    if ONE_PASS:
+        mask = row_mask[:, None] & (cols[None, :] < N)
+        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
+        y = x * rstd[:, None]
+        if HAS_WEIGHT:
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            y = y * w[None, :]
+        tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for start in range(0, N, BLOCK_N):
+            offs = start + cols
+            mask = row_mask[:, None] & (offs[None, :] < N)
+            x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
+        for start in range(0, N, BLOCK_N):
+            offs = start + cols
+            mask = row_mask[:, None] & (offs[None, :] < N)
+            x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            y = x * rstd[:, None]
+            if HAS_WEIGHT:
+                w = tl.load(w_ptr + offs, mask=offs < N, other=0.0).to(tl.float32)
+                y = y * w[None, :]
+            tl.store(y_rows + offs[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+    tl.store(rstd_ptr + rows64, rstd, mask=row_mask)
+
+
+@triton.jit
+def _rms_norm_bwd_kernel(
+    dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, M, N, rows_per_program,
+    stride_dym, stride_xm, stride_dxm,
+    HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dx for rows [pid * rows_per_program, ...) and this program's fp32 row of partial dweight.
+    dx = rstd * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*rstd; dweight_partial += dy * xhat."""
+    pid = tl.program_id(0)
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    cols = tl.arange(0, BLOCK_N)
+    part = dw_partial_ptr + pid.to(tl.int64) * N
+    if ONE_PASS:
+        col_mask = cols < N
+        if HAS_WEIGHT:
+            w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros([BLOCK_N], tl.float32)
+        for row in range(row_start, row_end):
+            r = tl.cast(row, tl.int64)
+            x = tl.load(x_ptr + r * stride_xm + cols, mask=col_mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + r * stride_dym + cols, mask=col_mask, other=0.0).to(tl.float32)
+            rstd = tl.load(rstd_ptr + r)
+            xhat = x * rstd
+            if HAS_WEIGHT:
+                wdy = dy * w
+            else:
+                wdy = dy
+            c = tl.sum(wdy * xhat, axis=0) / N
+            dx = (wdy - xhat * c) * rstd
+            tl.store(dx_ptr + r * stride_dxm + cols, _round_for_store(dx, dx_ptr, BF16_RNE), mask=col_mask)
+            if HAS_WEIGHT:
+                dw_acc += dy * xhat
+        if HAS_WEIGHT:
+            tl.store(part + cols, dw_acc, mask=col_mask)
+    else:
+        # Long rows: the partial row lives in memory (this program alone owns it; zero-filled
+        # by the host) and is updated chunk by chunk in a fixed order.
+        for row in range(row_start, row_end):
+            r = tl.cast(row, tl.int64)
+            rstd = tl.load(rstd_ptr + r)
+            acc = tl.zeros([BLOCK_N], tl.float32)
+            for start in range(0, N, BLOCK_N):
+                offs = start + cols
+                mask = offs < N
+                x = tl.load(x_ptr + r * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + r * stride_dym + offs, mask=mask, other=0.0).to(tl.float32)
+                if HAS_WEIGHT:
+                    dy = dy * tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                acc += dy * x
+            c = tl.sum(acc, axis=0) * rstd / N
+            for start in range(0, N, BLOCK_N):
+                offs = start + cols
+                mask = offs < N
+                x = tl.load(x_ptr + r * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + r * stride_dym + offs, mask=mask, other=0.0).to(tl.float32)
+                xhat = x * rstd
+                if HAS_WEIGHT:
+                    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                    wdy = dy * w
+                    p = tl.load(part + offs, mask=mask, other=0.0)
+                    tl.store(part + offs, p + dy * xhat, mask=mask)
+                else:
+                    wdy = dy
+                dx = (wdy - xhat * c) * rstd
+                tl.store(dx_ptr + r * stride_dxm + offs, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
+
+
+@triton.jit
+def _column_sum_kernel(p_ptr, out_ptr, G, N, BF16_RNE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out[n] = sum over g of p[g, n] for BLOCK_N columns, g in a fixed order (deterministic).
+    Tile [BLOCK_G, BLOCK_N]."""
+    pid = tl.program_id(0)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros([BLOCK_G, BLOCK_N], tl.float32)
+    for start in range(0, G, BLOCK_G):
+        g = start + tl.arange(0, BLOCK_G)
+        mask = (g[:, None] < G) & col_mask[None, :]
+        acc += tl.load(p_ptr + g[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + cols, _round_for_store(tl.sum(acc, axis=0), out_ptr, BF16_RNE), mask=col_mask)
+
+
+# ----------------------------------------------------------------------------- host launchers
+
+
+def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float):
+    n = x.shape[-1]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    m = x.numel() // n if n else 0
+    rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
+    if x.numel() == 0:
+        return y, rstd
+    xr = rows_of(x, -1)
+    if xr.stride(1) != 1:
+        xr = xr.contiguous()
+    yr = y.view(-1, n)
+    one_pass, block_m, block_n, num_warps = _fwd_config(n)
+    w = weight if weight is not None else xr  # never read when HAS_WEIGHT is False
+    _rms_norm_fwd_kernel[(triton.cdiv(m, block_m),)](
+        xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0),
+        HAS_WEIGHT=weight is not None, ONE_PASS=one_pass, BF16_RNE=bf16_rne(x.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+    )
+    return y, rstd
+
+
+def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor):
+    n = x.shape[-1]
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    has_w = weight is not None
+    dw = torch.empty((n,) if has_w else (0,), dtype=weight.dtype if has_w else x.dtype, device=x.device)
+    m = x.numel() // n if n else 0
+    if x.numel() == 0:
+        if has_w:
+            dw.zero_()
+        return dx, dw
+    xr = rows_of(x, -1)
+    if xr.stride(1) != 1:
+        xr = xr.contiguous()
+    dyr = rows_of(dy, -1)
+    if dyr.stride(1) != 1:
+        dyr = dyr.contiguous()
+    dxr = dx.view(-1, n)
+    one_pass, block_n, num_warps = _bwd_config(n)
+    g = max(1, min(m, PROGRAMS_PER_SM * sm_count(x.device)))
+    rows_per_program = triton.cdiv(m, g)
+    g = triton.cdiv(m, rows_per_program)
+    alloc = torch.zeros if (has_w and not one_pass) else torch.empty
+    partial = alloc((g, n) if has_w else (1, 1), dtype=torch.float32, device=x.device)
+    w = weight if has_w else xr
+    _rms_norm_bwd_kernel[(g,)](
+        dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program,
+        dyr.stride(0), xr.stride(0), dxr.stride(0),
+        HAS_WEIGHT=has_w, ONE_PASS=one_pass, BF16_RNE=bf16_rne(x.dtype), BLOCK_N=block_n, num_warps=num_warps,
+    )
+    if has_w:
+        block_cols = 256
+        _column_sum_kernel[(triton.cdiv(n, block_cols),)](partial, dw, g, n, BF16_RNE=bf16_rne(dw.dtype), BLOCK_G=32, BLOCK_N=block_cols, num_warps=4)
+    return dx, dw
+
+
+# ----------------------------------------------------------------------------- custom ops, autograd
+
+
+@torch.library.custom_op("roofkit::rms_norm_fwd", mutates_args=())
+def _rms_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _rms_norm_forward(x, weight, eps)
+
+
+@_rms_norm_fwd_op.register_fake
+def _(x, weight, eps):
+    n = x.shape[-1]
+    m = x.numel() // n if n else 0
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), x.new_empty((m,), dtype=torch.float32)
+
+
+@torch.library.custom_op("roofkit::rms_norm_bwd", mutates_args=())
+def _rms_norm_bwd_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _rms_norm_backward(dy, x, weight, rstd)
+
+
+@_rms_norm_bwd_op.register_fake
+def _(dy, x, weight, rstd):
+    n = x.shape[-1]
+    dw = x.new_empty((n,) if weight is not None else (0,), dtype=weight.dtype if weight is not None else x.dtype)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), dw
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, _ = inputs
+    _, rstd = output
+    ctx.has_weight = weight is not None
+    ctx.save_for_backward(x, weight, rstd)
+    ctx.mark_non_differentiable(rstd)
+
+
+def _backward(ctx, grad_y, grad_rstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = _rms_norm_bwd_op(grad_y.contiguous(), x, weight, rstd)
+    return dx, (dw if ctx.has_weight else None), None
+
+
+torch.library.register_autograd("roofkit::rms_norm_fwd", _backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------- public function
+
+
+def rms_norm(
+    input: torch.Tensor,
+    normalized_shape,
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> torch.Tensor:
+    """RMSNorm over the last dimension: y = x / sqrt(mean(x**2, -1) + eps) * weight.
+
+    Mirrors ``torch.nn.functional.rms_norm`` for a normalized_shape of one (the last) dimension.
+
+    Args:
+        input: float32, float16 or bfloat16 tensor (..., N), any strides, on CUDA (or on CPU with
+            TRITON_INTERPRET=1).
+        normalized_shape: ``N`` or ``(N,)``: the last dimension of ``input``.
+        weight: optional tensor (N,) of the input's dtype, on the input's device.
+        eps: added to the mean square inside the square root; default
+            ``torch.finfo(input.dtype).eps`` as in torch.
+    Returns:
+        A contiguous tensor of ``input``'s shape and dtype.
+    Raises:
+        TypeError: ``input`` or ``weight`` not a float32/float16/bfloat16 tensor, weight dtype
+            different from input's, ``eps`` not a number.
+        ValueError: ``normalized_shape`` other than the last dimension, weight of the wrong
+            shape, tensors on an unsupported or different device, negative ``eps``.
+    Numerics:
+        float32 accumulation of the sum of squares and of the scaling; one rounding to the
+        output dtype. The backward returns dx and dweight; dweight is reduced across rows in
+        float32 by a fixed two-stage reduction (bitwise reproducible on a given GPU).
+    Cost:
+        Forward reads x and weight once and writes y once (2*M*N + N elements) for rows up to
+        ``ONE_PASS_MAX_N``; backward reads x and dy and writes dx (3*M*N) plus G*N floats of
+        partials. About 4 FLOP per element forward, 8 backward.
+    Source:
+        Zhang & Sennrich 2019; Triton tutorial 05 (two-stage weight-gradient reduction).
+    """
+    op = "rms_norm"
+    check_tensor(op, "input", input)
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    try:
+        normalized_shape = tuple(int(s) for s in normalized_shape)
+    except TypeError:
+        raise TypeError(f"roofkit.{op}: normalized_shape must be an int or a sequence of ints") from None
+    if input.dim() == 0 or normalized_shape != tuple(input.shape[-1:]):
+        raise ValueError(
+            f"roofkit.{op}: normalized_shape must be the last dimension of input, "
+            f"({input.shape[-1] if input.dim() else '?'},); got {normalized_shape} for input of shape {tuple(input.shape)}"
+        )
+    if weight is not None:
+        check_tensor(op, "weight", weight)
+        check_same_device(op, "weight", weight, input)
+        if tuple(weight.shape) != normalized_shape:
+            raise ValueError(f"roofkit.{op}: weight must have shape {normalized_shape}, got {tuple(weight.shape)}")
+        if weight.dtype != input.dtype:
+            raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
+        weight = weight.contiguous()
+    if eps is None:
+        eps = torch.finfo(input.dtype).eps
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"roofkit.{op}: eps must be a float or None, got {type(eps).__name__}")
+    if not eps >= 0:
+        raise ValueError(f"roofkit.{op}: eps must be >= 0, got {eps}")
+    y, _ = _rms_norm_fwd_op(input, weight, float(eps))
+    return y
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def _make_inputs(case, dtype, generator, device) -> Inputs:
+    shape = case["shape"]
+    x = random_tensor(shape, dtype, generator, device, case.get("dist", "normal"),
+                      magnitude=case.get("magnitude", 1e2), layout=case.get("layout", "contiguous"))
+    weight = None
+    if case.get("weight", True):
+        # Not all ones: an implementation that ignores the weight must fail.
+        weight = (1.0 + 0.5 * torch.randn(shape[-1:], generator=generator, device=generator.device)).to(device=device, dtype=dtype)
+    eps = case.get("eps", torch.finfo(dtype).eps)
+    return Inputs((x, shape[-1:], weight, eps))
+
+
+CASES = [
+    case("tiny_1x1", ["quick"], shape=(1, 1)),
+    case("odd_3x7", ["quick"], shape=(3, 7)),
+    case("prime_37x781", shape=(37, 781)),
+    case("row_4096", ["quick"], shape=(6, 4096)),
+    case("leading_dims_2x3x50", shape=(2, 3, 50)),
+    case("no_weight_5x96", shape=(5, 96), weight=False),
+    case("long_row_loop_3x20000", shape=(3, 20000), dtypes=(torch.float32,)),
+    case("transposed_16x33", shape=(16, 33), layout="transposed"),
+    case("offset_9x65", shape=(9, 65), layout="offset"),
+    case("strided_9x65", shape=(9, 65), layout="strided"),
+    case("eps_large_8x64", shape=(8, 64), eps=0.5),
+    case("magnitude_1e3_8x300", shape=(8, 300), dist="large", magnitude=1e3),
+    case("ties_8x129", shape=(8, 129), dist="ties"),
+    case("arange_5x1000", shape=(5, 1000), dist="arange"),
+    case("nan_8x129", shape=(8, 129), dist="nan", grad=False),
+    case("empty_rows_0x7", ["quick"], shape=(0, 7)),
+    case("empty_cols_5x0", shape=(5, 0)),
+    case("gpu_1823x781", ["gpu"], shape=(1823, 781), dtypes=(torch.float32,)),
+    case("gpu_4000x4000", ["gpu"], shape=(4000, 4000), dtypes=(torch.float32,)),
+    case("gpu_row_1", ["gpu"], shape=(4096, 1)),
+    case("gpu_row_781", ["gpu"], shape=(1000, 781)),
+    case("gpu_row_4096", ["gpu"], shape=(2048, 4096)),
+    case("gpu_row_32768", ["gpu"], shape=(300, 32768)),
+    case("gpu_row_131072", ["gpu"], shape=(64, 131072)),
+    case("gpu_row_262144", ["gpu"], shape=(32, 262144)),
+    case("gpu_fp16_magnitude_1e4", ["gpu"], shape=(512, 4096), dist="large", magnitude=1e4, dtypes=(torch.float16,)),
+    case("gpu_transposed_2048x3000", ["gpu"], shape=(2048, 3000), layout="transposed"),
+    case("gpu_over_2pow31_elements", ["gpu", "slow"], shape=(262145, 8192), dtypes=(torch.bfloat16,), grad=False),
+]
+
+_BF16 = (torch.bfloat16,)
+SUITES = {
+    # llama3-8b: hidden 4096; 8192 tokens per sequence, batches of 1 and 4.
+    "llama3-8b": [
+        case("hidden_8192x4096", shape=(8192, 4096), dtypes=_BF16),
+        case("hidden_32768x4096", shape=(32768, 4096), dtypes=_BF16),
+        case("hidden_32768x4096_fwd_bwd", shape=(32768, 4096), dtypes=_BF16, mode="fwd_bwd"),
+    ],
+    # llama3-70b: hidden 8192.
+    "llama3-70b": [
+        case("hidden_8192x8192", shape=(8192, 8192), dtypes=_BF16),
+        case("hidden_16384x8192", shape=(16384, 8192), dtypes=_BF16),
+        case("hidden_16384x8192_fwd_bwd", shape=(16384, 8192), dtypes=_BF16, mode="fwd_bwd"),
+    ],
+    # gpt2 uses LayerNorm; RMSNorm at its hidden size 768 stands for small-hidden models.
+    "gpt2": [case("hidden_16384x768", shape=(16384, 768), dtypes=_BF16)],
+    "edge": [
+        case("fp32_1823x781", shape=(1823, 781), dtypes=(torch.float32,)),
+        case("hidden_65536x1024", shape=(65536, 1024), dtypes=_BF16),
+        case("row_262144", shape=(512, 262144), dtypes=_BF16),
+    ],
+}
+
+
+def _compiled():
+    return torch.compile(F.rms_norm, dynamic=False)
+
+
+def _liger():
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    except ImportError:
+        return None
+
+    def run(input, normalized_shape, weight=None, eps=None):
+        eps = torch.finfo(input.dtype).eps if eps is None else eps
+        # casting_mode "gemma": everything in fp32 like torch and roofkit; in_place=False keeps dy.
+        return LigerRMSNormFunction.apply(input, weight, eps, 0.0, "gemma", False)
+
+    return run
+
+
+def _flaggems():
+    try:
+        import flag_gems
+    except ImportError:
+        return None
+
+    def run(*args, **kwargs):
+        with flag_gems.use_gems():
+            return F.rms_norm(*args, **kwargs)
+
+    return run
+
+
+SPEC = OpSpec(
+    name="rms_norm",
+    impl=rms_norm,
+    reference=rms_norm_reference,
+    torch_impl=F.rms_norm,
+    make_inputs=_make_inputs,
+    cost=rms_norm_cost,
+    reduction_length=lambda case: case["shape"][-1],
+    dtypes=FLOAT_DTYPES,
+    cases=CASES,
+    suites=SUITES,
+    baselines={"torch": lambda: F.rms_norm, "torch.compile": _compiled, "liger": _liger, "flaggems": _flaggems},
+    grad_args=(0, 2),
+    marker="rms_norm",
+)
+
+SPECS = (SPEC,)

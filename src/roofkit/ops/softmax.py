@@ -1,0 +1,511 @@
+"""softmax and log_softmax over any dimension, forward and backward.
+
+    softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x)
+    log_softmax(x)_i = x_i - max x - log(sum_j exp(x_j - max x))
+
+Program mapping: the reduced dimension is viewed as the last axis of a 2-D (M rows, N) view with
+arbitrary strides (no copy when strides allow one). One program owns BLOCK_M whole rows.
+Rows that fit on chip are read once and written once (``ONE_PASS``); longer rows (vocabularies
+of 128256 and beyond) take an online pass (per-lane running maximum and rescaled sum) followed by
+a normalizing pass that re-reads the row, mostly from L2.
+Source: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018); Triton
+tutorial 02 (fused softmax).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from ..harness.inputs import random_tensor
+from ..harness.spec import Cost, Inputs, OpSpec, case
+from ._jit import _round_for_store
+from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, needs_int64, next_pow2, row_view, rows_of
+
+# ----------------------------------------------------------------------------- reference, cost
+
+
+def softmax_reference(input: torch.Tensor, dim: int = -1, dtype=None) -> torch.Tensor:
+    """softmax in float64 (``dtype`` only selects the expected output dtype elsewhere)."""
+    return torch.softmax(input.to(torch.float64), dim=dim)
+
+
+def log_softmax_reference(input: torch.Tensor, dim: int = -1, dtype=None) -> torch.Tensor:
+    """log_softmax in float64."""
+    return torch.log_softmax(input.to(torch.float64), dim=dim)
+
+
+def softmax_cost(case, dtype: torch.dtype) -> Cost:
+    """Forward: read x, write y; 5 FLOP per element (max, subtract, exp, sum, divide).
+    ``mode='fwd_bwd'`` adds the backward: read y and dy, write dx; 4 FLOP per element."""
+    numel = math.prod(case["shape"])
+    size = torch.empty((), dtype=dtype).element_size()
+    if case.get("mode", "fwd") == "fwd_bwd":
+        return Cost(flops=9 * numel, bytes=5 * numel * size)
+    return Cost(flops=5 * numel, bytes=2 * numel * size)
+
+
+# ----------------------------------------------------------------------------- launch heuristic
+
+# Longest row held on chip in one pass (elements); longer rows take the online two-pass path.
+ONE_PASS_MAX_N = 32768
+# Chunk of a long row processed per loop iteration.
+ONLINE_BLOCK_N = 8192
+
+
+def _launch_config(n: int) -> tuple[bool, int, int, int]:
+    """(one_pass, BLOCK_M, BLOCK_N, num_warps) for rows of ``n`` elements."""
+    block_n = next_pow2(n)
+    if block_n <= ONE_PASS_MAX_N:
+        block_m = max(1, min(64, 4096 // block_n))
+        tile = block_m * block_n
+        num_warps = min(32, max(4, tile // 512))
+        return True, block_m, block_n, num_warps
+    return False, 1, min(ONLINE_BLOCK_N, block_n), 16
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _softmax_fwd_kernel(
+    x_ptr, y_ptr, M, N,
+    stride_xm, stride_xn, stride_ym, stride_yn,
+    LOG: tl.constexpr, ONE_PASS: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """softmax (or log_softmax) of BLOCK_M rows of length N.
+    Tile [BLOCK_M, BLOCK_N]; one pass when the row fits (ONE_PASS), else online + normalize."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    rows = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    if USE_INT64:
+        cols = cols.to(tl.int64)
+    x_rows = x_ptr + rows[:, None] * stride_xm
+    y_rows = y_ptr + rows[:, None] * stride_ym
+    if ONE_PASS:
+        mask = row_mask[:, None] & (cols[None, :] < N)
+        x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+        m = tl.max(x, axis=1)
+        z = x - m[:, None]
+        e = tl.exp(z)
+        s = tl.sum(e, axis=1)
+        if LOG:
+            y = z - tl.log(s)[:, None]
+        else:
+            y = e / s[:, None]
+        tl.store(y_rows + cols[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+    else:
+        # Online pass: each lane keeps its own running maximum and rescaled sum, so the loop
+        # needs no cross-lane reduction; lanes are merged once at the end.
+        m_i = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
+        s_i = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for start in range(0, N, BLOCK_N):
+            offs = start + cols
+            mask = row_mask[:, None] & (offs[None, :] < N)
+            x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
+                        eviction_policy="evict_last").to(tl.float32)
+            m_new = tl.maximum(m_i, x)
+            # Guard m_new == -inf (nothing finite seen yet): exp(-inf - -inf) would be NaN.
+            alive = m_new > -float("inf")
+            alpha = tl.where(alive, tl.exp(m_i - m_new), 0.0)
+            s_i = s_i * alpha + tl.where(alive, tl.exp(x - m_new), 0.0)
+            m_i = m_new
+        m = tl.max(m_i, axis=1)
+        s = tl.sum(tl.where(m_i > -float("inf"), s_i * tl.exp(m_i - m[:, None]), 0.0), axis=1)
+        # An all -inf row has s == 0 and m == -inf: z below is NaN, as in torch.
+        log_s = tl.log(s)
+        for start in range(0, N, BLOCK_N):
+            offs = start + cols
+            mask = row_mask[:, None] & (offs[None, :] < N)
+            x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
+                        eviction_policy="evict_first").to(tl.float32)
+            z = x - m[:, None]
+            if LOG:
+                y = z - log_s[:, None]
+            else:
+                y = tl.exp(z) / s[:, None]
+            tl.store(y_rows + offs[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_kernel(
+    dy_ptr, y_ptr, dx_ptr, M, N,
+    stride_dym, stride_dyn, stride_ym, stride_yn, stride_dxm, stride_dxn,
+    LOG: tl.constexpr, ONE_PASS: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Gradient of BLOCK_M rows: softmax dx = y * (dy - sum(dy * y)); log_softmax
+    dx = dy - exp(y) * sum(dy). Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N loop twice."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    rows = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    if USE_INT64:
+        cols = cols.to(tl.int64)
+    dy_rows = dy_ptr + rows[:, None] * stride_dym
+    y_rows = y_ptr + rows[:, None] * stride_ym
+    dx_rows = dx_ptr + rows[:, None] * stride_dxm
+    if ONE_PASS:
+        mask = row_mask[:, None] & (cols[None, :] < N)
+        dy = tl.load(dy_rows + cols[None, :] * stride_dyn, mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_rows + cols[None, :] * stride_yn, mask=mask, other=0.0).to(tl.float32)
+        if LOG:
+            dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
+        else:
+            dx = y * (dy - tl.sum(dy * y, axis=1)[:, None])
+        tl.store(dx_rows + cols[None, :] * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for start in range(0, N, BLOCK_N):
+            offs = start + cols
+            mask = row_mask[:, None] & (offs[None, :] < N)
+            dy = tl.load(dy_rows + offs[None, :] * stride_dyn, mask=mask, other=0.0,
+                         eviction_policy="evict_last").to(tl.float32)
+            if LOG:
+                acc += dy
+            else:
+                y = tl.load(y_rows + offs[None, :] * stride_yn, mask=mask, other=0.0,
+                            eviction_policy="evict_last").to(tl.float32)
+                acc += dy * y
+        total = tl.sum(acc, axis=1)
+        for start in range(0, N, BLOCK_N):
+            offs = start + cols
+            mask = row_mask[:, None] & (offs[None, :] < N)
+            dy = tl.load(dy_rows + offs[None, :] * stride_dyn, mask=mask, other=0.0,
+                         eviction_policy="evict_first").to(tl.float32)
+            y = tl.load(y_rows + offs[None, :] * stride_yn, mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            if LOG:
+                dx = dy - tl.exp(y) * total[:, None]
+            else:
+                dx = y * (dy - total[:, None])
+            tl.store(dx_rows + offs[None, :] * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
+
+
+# ----------------------------------------------------------------------------- host launchers
+
+
+def _output_rows(like: torch.Tensor, dim: int, dtype: torch.dtype):
+    """A contiguous output shaped like ``like`` and its (rows, N) view, or a scratch buffer when
+    no view exists (the caller copies it back with ``_finish``)."""
+    out = torch.empty(like.shape, dtype=dtype, device=like.device)
+    view = row_view(out, dim)
+    if view is not None:
+        return out, view, False
+    return out, torch.empty((out.numel() // out.shape[dim], out.shape[dim]), dtype=dtype, device=out.device), True
+
+
+def _finish(out: torch.Tensor, rows: torch.Tensor, dim: int, copied: bool) -> torch.Tensor:
+    if copied:
+        out.movedim(dim, -1).copy_(rows.view(out.movedim(dim, -1).shape))
+    return out
+
+
+def _softmax_forward(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    if x.numel() == 0:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    xr = rows_of(x, dim)
+    out, yr, copied = _output_rows(x, dim, x.dtype)
+    m, n = xr.shape
+    one_pass, block_m, block_n, num_warps = _launch_config(n)
+    use_int64 = needs_int64(n * xr.stride(1), n * yr.stride(1))
+    _softmax_fwd_kernel[(triton.cdiv(m, block_m),)](
+        xr, yr, m, n, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
+        LOG=log, ONE_PASS=one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+    )
+    return _finish(out, yr, dim, copied)
+
+
+def _softmax_backward(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    if y.numel() == 0:
+        return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    dyr = rows_of(grad, dim)
+    yr = rows_of(y, dim)
+    out, dxr, copied = _output_rows(y, dim, y.dtype)
+    m, n = yr.shape
+    one_pass, block_m, block_n, num_warps = _launch_config(n)
+    if one_pass and block_m * block_n > 4096:
+        # two tiles live at once in the backward: keep registers in check
+        num_warps = min(32, num_warps * 2)
+    use_int64 = needs_int64(n * dyr.stride(1), n * yr.stride(1), n * dxr.stride(1))
+    _softmax_bwd_kernel[(triton.cdiv(m, block_m),)](
+        dyr, yr, dxr, m, n,
+        dyr.stride(0), dyr.stride(1), yr.stride(0), yr.stride(1), dxr.stride(0), dxr.stride(1),
+        LOG=log, ONE_PASS=one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(y.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+    )
+    return _finish(out, dxr, dim, copied)
+
+
+# ----------------------------------------------------------------------------- custom ops, autograd
+
+
+@torch.library.custom_op("roofkit::softmax_fwd", mutates_args=())
+def _softmax_fwd_op(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    return _softmax_forward(x, dim, log)
+
+
+@_softmax_fwd_op.register_fake
+def _(x, dim, log):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("roofkit::softmax_bwd", mutates_args=())
+def _softmax_bwd_op(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    return _softmax_backward(grad, y, dim, log)
+
+
+@_softmax_bwd_op.register_fake
+def _(grad, y, dim, log):
+    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+
+
+def _setup_context(ctx, inputs, output):
+    _, dim, log = inputs
+    ctx.dim, ctx.log = dim, log
+    ctx.save_for_backward(output)
+
+
+def _backward(ctx, grad):
+    (y,) = ctx.saved_tensors
+    return _softmax_bwd_op(grad, y, ctx.dim, ctx.log), None, None
+
+
+torch.library.register_autograd("roofkit::softmax_fwd", _backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------- public functions
+
+
+def _prepare(op: str, input, dim, dtype):
+    check_tensor(op, "input", input)
+    if dtype is not None:
+        if dtype not in FLOAT_DTYPES:
+            raise TypeError(f"roofkit.{op}: dtype must be one of float32, float16, bfloat16 or None; got {dtype}")
+        input = input.to(dtype)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"roofkit.{op}: dim must be an int, got {type(dim).__name__}")
+    ndim = max(input.dim(), 1)
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"roofkit.{op}: dim {dim} out of range for a {input.dim()}-d input (expected [{-ndim}, {ndim - 1}])")
+    if input.dim() == 0:
+        return input.reshape(1), 0, True
+    return input, dim % input.dim(), False
+
+
+def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Softmax along ``dim``: y_i = exp(x_i - max x) / sum_j exp(x_j - max x).
+
+    Mirrors ``torch.nn.functional.softmax`` (``dim`` is required there; here it defaults to -1).
+
+    Args:
+        input: float32, float16 or bfloat16 tensor of any shape and strides, on CUDA (or on CPU
+            with TRITON_INTERPRET=1).
+        dim: dimension to normalize over; negative values count from the end.
+        dtype: if given, ``input`` is cast to it before the operation (as in torch).
+    Returns:
+        A contiguous tensor of ``input``'s shape in ``dtype`` (default ``input.dtype``).
+    Raises:
+        TypeError: ``input`` not a tensor or not float32/float16/bfloat16; bad ``dtype`` or ``dim`` type.
+        ValueError: ``input`` on an unsupported device.
+        IndexError: ``dim`` out of range.
+    Numerics:
+        float32 accumulation; one rounding to the output dtype. A row that is entirely -inf gives
+        NaN, and a row containing NaN or +inf gives NaN everywhere, as in torch. Deterministic.
+    Cost:
+        Reads the input once and writes the output once (2 * numel * element size bytes) when
+        the row fits on chip (up to ``ONE_PASS_MAX_N`` elements); longer rows read it twice,
+        the second time mostly from L2. About 5 FLOP per element.
+    Source:
+        Triton tutorial 02 (fused softmax); Milakov & Gimelshein 2018 (online normalizer).
+    """
+    x, d, scalar = _prepare("softmax", input, dim, dtype)
+    y = _softmax_fwd_op(x, d, False)
+    return y.reshape(()) if scalar else y
+
+
+def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Log-softmax along ``dim``: y_i = x_i - max x - log(sum_j exp(x_j - max x)).
+
+    Mirrors ``torch.nn.functional.log_softmax``. Arguments, returns, errors, numerics and cost as
+    :func:`softmax` (an entirely -inf row gives NaN; -inf entries of other rows give -inf).
+    Source: as :func:`softmax`.
+    """
+    x, d, scalar = _prepare("log_softmax", input, dim, dtype)
+    y = _softmax_fwd_op(x, d, True)
+    return y.reshape(()) if scalar else y
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def _make_inputs(case, dtype, generator, device) -> Inputs:
+    mag = case.get("magnitude", 1e4 if dtype != torch.float16 else 1e4)
+    x = random_tensor(case["shape"], dtype, generator, device, case.get("dist", "normal"),
+                      magnitude=mag, layout=case.get("layout", "contiguous"))
+    kwargs = {"dim": case.get("dim", -1)}
+    if case.get("out_dtype"):
+        kwargs["dtype"] = getattr(torch, case["out_dtype"])
+    return Inputs((x,), kwargs)
+
+
+def _reduction_length(case) -> int:
+    shape = case["shape"]
+    return shape[case.get("dim", -1)] if shape else 1
+
+
+_F32 = (torch.float32,)
+_BF16 = (torch.bfloat16,)
+
+CASES = [
+    case("scalar", ["quick"], shape=()),
+    case("tiny_1x1", ["quick"], shape=(1, 1)),
+    case("odd_3x7", ["quick"], shape=(3, 7)),
+    case("prime_37x781", shape=(37, 781)),
+    case("row_4096", shape=(4, 4096)),
+    case("leading_dims_2x3x50", shape=(2, 3, 50)),
+    case("online_path_3x40000", shape=(3, 40000), dtypes=_F32),
+    case("dim0_33x16", ["quick"], shape=(33, 16), dim=0),
+    case("middle_dim_4x5x6", shape=(4, 5, 6), dim=1),
+    case("transposed_16x33", shape=(16, 33), layout="transposed"),
+    case("offset_9x65", shape=(9, 65), layout="offset"),
+    case("strided_9x65", shape=(9, 65), layout="strided"),
+    case("large_magnitude_8x300", shape=(8, 300), dist="large"),
+    case("neg_inf_8x129", shape=(8, 129), dist="neg_inf", grad=False),
+    case("nan_8x129", shape=(8, 129), dist="nan", grad=False),
+    case("ties_8x129", shape=(8, 129), dist="ties"),
+    case("arange_5x1000", shape=(5, 1000), dist="arange"),
+    case("out_dtype_float32", shape=(6, 100), out_dtype="float32", dtypes=(torch.float16, torch.bfloat16)),
+    case("empty_rows_0x7", ["quick"], shape=(0, 7)),
+    case("empty_cols_5x0", shape=(5, 0)),
+    # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 2.
+    case("gpu_1823x781", ["gpu"], shape=(1823, 781), dtypes=_F32),
+    case("gpu_4000x4000", ["gpu"], shape=(4000, 4000), dtypes=_F32),
+    case("gpu_row_1", ["gpu"], shape=(4096, 1)),
+    case("gpu_row_781", ["gpu"], shape=(1000, 781)),
+    case("gpu_row_4096", ["gpu"], shape=(1000, 4096)),
+    case("gpu_row_32768", ["gpu"], shape=(300, 32768)),
+    case("gpu_row_131072", ["gpu"], shape=(64, 131072)),
+    case("gpu_row_262144", ["gpu"], shape=(32, 262144)),
+    case("gpu_fp16_magnitude_1e4", ["gpu"], shape=(512, 4096), dist="large", dtypes=(torch.float16,)),
+    case("gpu_transposed_2048x3000", ["gpu"], shape=(2048, 3000), layout="transposed"),
+    case("gpu_dim0_4096x1024", ["gpu"], shape=(4096, 1024), dim=0),
+    case("gpu_neg_inf_1024x50000", ["gpu"], shape=(1024, 50000), dist="neg_inf", grad=False),
+    case("gpu_over_2pow31_elements", ["gpu", "slow"], shape=(16385, 131072), dtypes=_BF16, grad=False),
+]
+
+SUITES = {
+    # llama3-8b: vocab 128256 (logits softmax), 32 heads; attention probabilities of
+    # 1024 queries x 4096 keys per head (32768 rows) and of 2048 queries x 1024 keys (65536 rows).
+    "llama3-8b": [
+        case("attn_32768x4096", shape=(32768, 4096), dtypes=_BF16),
+        case("attn_65536x1024", shape=(65536, 1024), dtypes=_BF16),
+        case("logits_8192x128256", shape=(8192, 128256), dtypes=_BF16),
+        case("attn_32768x4096_fwd_bwd", shape=(32768, 4096), dtypes=_BF16, mode="fwd_bwd"),
+    ],
+    "llama3-70b": [
+        case("attn_65536x8192", shape=(65536, 8192), dtypes=_BF16),
+        case("logits_8192x128256", shape=(8192, 128256), dtypes=_BF16),
+    ],
+    # gpt2: vocab 50257, 12 heads x 1024 x 1024.
+    "gpt2": [
+        case("attn_12288x1024", shape=(12288, 1024), dtypes=_BF16),
+        case("logits_16384x50257", shape=(16384, 50257), dtypes=_BF16),
+    ],
+    "edge": [
+        case("fp32_1823x781", shape=(1823, 781), dtypes=_F32),
+        case("fp32_4000x4000", shape=(4000, 4000), dtypes=_F32),
+        case("row_1_1Mx1", shape=(1 << 20, 1), dtypes=_BF16),
+        case("row_262144", shape=(512, 262144), dtypes=_BF16),
+    ],
+}
+
+
+def _compiled(fn):
+    def factory():
+        return torch.compile(fn, dynamic=False)
+
+    return factory
+
+
+def _flaggems(fn):
+    def factory():
+        try:
+            import flag_gems
+        except ImportError:
+            return None
+
+        def run(*args, **kwargs):
+            with flag_gems.use_gems():
+                return fn(*args, **kwargs)
+
+        return run
+
+    return factory
+
+
+def _liger_softmax():
+    try:
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except ImportError:
+        return None
+
+    def run(input, dim=-1, dtype=None):
+        if dim not in (-1, input.dim() - 1) or dtype is not None:
+            raise NotImplementedError("Liger softmax covers the last dimension only")
+        return LigerSoftmaxFunction.apply(input)
+
+    return run
+
+
+SOFTMAX_SPEC = OpSpec(
+    name="softmax",
+    impl=softmax,
+    reference=softmax_reference,
+    torch_impl=F.softmax,
+    make_inputs=_make_inputs,
+    cost=softmax_cost,
+    reduction_length=_reduction_length,
+    dtypes=FLOAT_DTYPES,
+    cases=CASES,
+    suites=SUITES,
+    baselines={
+        "torch": lambda: F.softmax,
+        "torch.compile": _compiled(F.softmax),
+        "liger": _liger_softmax,
+        "flaggems": _flaggems(F.softmax),
+    },
+    grad_args=(0,),
+    marker="softmax",
+)
+
+LOG_SOFTMAX_SPEC = OpSpec(
+    name="log_softmax",
+    impl=log_softmax,
+    reference=log_softmax_reference,
+    torch_impl=F.log_softmax,
+    make_inputs=_make_inputs,
+    cost=softmax_cost,
+    reduction_length=_reduction_length,
+    dtypes=FLOAT_DTYPES,
+    cases=CASES,
+    suites={k: [c for c in v if c.name.startswith("logits")] for k, v in SUITES.items()},
+    baselines={
+        "torch": lambda: F.log_softmax,
+        "torch.compile": _compiled(F.log_softmax),
+        "flaggems": _flaggems(F.log_softmax),
+    },
+    grad_args=(0,),
+    marker="softmax",
+)
+
+SPECS = (SOFTMAX_SPEC, LOG_SOFTMAX_SPEC)
