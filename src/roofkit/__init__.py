@@ -2,9 +2,18 @@
 
 Public ops mirror torch.nn.functional: :func:`softmax`, :func:`log_softmax`, :func:`rms_norm`.
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
-"""
 
-from .ops import log_softmax, rms_norm, softmax
+The ops are imported on first use, so a program (or the CLI) can set TRITON_INTERPRET=1 after
+``import roofkit`` and before the kernels are defined.
+"""
 
 __version__ = "0.1.0"
 __all__ = ["softmax", "log_softmax", "rms_norm", "__version__"]
+
+
+def __getattr__(name):
+    if name in ("softmax", "log_softmax", "rms_norm"):
+        from . import ops
+
+        return getattr(ops, name)
+    raise AttributeError(f"module 'roofkit' has no attribute {name!r}")

@@ -124,6 +124,8 @@ class OpSpec:
         grad_args: positions of the arguments whose gradients verify checks (empty: forward only).
         mutates: positions of arguments the op writes in place.
         deterministic: repeat calls must be bitwise identical.
+        matrix: runs on matrix units (its compute roof is the dtype's matrix rate, else fp32's).
+        marker: pytest marker of the op's tests.
     """
 
     name: str
@@ -141,6 +143,7 @@ class OpSpec:
     grad_args: tuple[int, ...] = ()
     mutates: tuple[int, ...] = ()
     deterministic: bool = True
+    matrix: bool = False
     marker: str | None = None
 
     def case(self, name: str) -> Case:

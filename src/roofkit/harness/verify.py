@@ -208,7 +208,7 @@ def compare(
     finite = torch.isfinite(r)
     rf, gf, ef = r[finite], g[finite], e[finite]
     gf = torch.where(torch.isfinite(gf), gf, torch.full_like(gf, math.inf))
-    ref_norm = float(torch.linalg.vector_norm(rf)) if rf.numel() else 0.0
+    ref_norm = _norm(rf) if rf.numel() else 0.0
     if rf.numel() and ref_norm == 0.0:
         # Rule 4: a zero reference proves nothing by tolerance; such an output (e.g. the gradient
         # of a one-element softmax) must be exactly zero, which poisoned memory never is.
@@ -217,10 +217,10 @@ def compare(
             c.reasons.append(f"reference is exactly zero but the output is not (max |err| {c.max_abs_err:.3g})")
     if rf.numel() and ref_norm > 0.0:
         diff = gf - rf
-        c.err_l2 = float(torch.linalg.vector_norm(diff)) / ref_norm
+        c.err_l2 = _norm(diff) / ref_norm
         e_ok = torch.isfinite(ef)
         te = torch.where(e_ok, ef - rf, torch.zeros_like(rf))
-        c.torch_err_l2 = float(torch.linalg.vector_norm(te)) / ref_norm
+        c.torch_err_l2 = _norm(te) / ref_norm
         c.budget_l2 = l2_factor * c.torch_err_l2 + l2_floor
         if not c.err_l2 <= c.budget_l2:
             c.reasons.append(f"relative L2 error {c.err_l2:.3g} > budget {c.budget_l2:.3g}")
@@ -246,6 +246,14 @@ def compare(
             )
     c.passed = not c.reasons
     return c
+
+
+def _norm(t: torch.Tensor) -> float:
+    """L2 norm scaled by the largest magnitude first, so tiny values do not underflow to 0."""
+    m = float(t.abs().max()) if t.numel() else 0.0
+    if m == 0.0 or m == float("inf") or m != m:
+        return m
+    return m * float(torch.linalg.vector_norm(t / m))
 
 
 def _unravel(flat: int, shape) -> tuple:
@@ -289,7 +297,7 @@ def _grad_targets(inputs: Inputs, positions: Sequence[int]) -> list[tuple[int, t
     return [(i, inputs.args[i]) for i in positions if isinstance(inputs.args[i], torch.Tensor)]
 
 
-def _run(
+def run_outputs(
     fn: Callable,
     inputs: Inputs,
     grad_positions: Sequence[int],
@@ -316,37 +324,18 @@ def _run(
             g = make_generator(grad_out_seed, out0.device)
             dy = torch.randn(out0.shape, generator=g, device=out0.device, dtype=torch.float32)
             dy = dy.to(dy_dtype or out0.dtype).to(out0.dtype)
-            grads = torch.autograd.grad(out0, [t for _, t in targets], dy, allow_unused=True)
+            if isinstance(out0, torch.Tensor) and out0.requires_grad:
+                grads = torch.autograd.grad(out0, [t for _, t in targets], dy, allow_unused=True)
+            else:  # the output does not depend on the inputs through autograd
+                grads = [None] * len(targets)
             for (i, _), gr in zip(targets, grads):
                 snap = gr.detach().clone() if gr is not None else None
                 results.append((f"grad[{i}]", snap))
     return results
 
 
-def verify_case(
-    spec: OpSpec,
-    impl: Callable,
-    case: Case,
-    dtype: torch.dtype,
-    seed: int,
-    device: torch.device,
-    *,
-    check_determinism: bool = True,
-) -> VerifyRow:
-    """Verify ``impl`` on one (case, dtype, seed); see the module docstring for the rules."""
-    gen = make_generator(seed, device)
-    inputs = spec.make_inputs(case, dtype, gen, device)
-    pristine = inputs.map(lambda t: t.detach().clone())
-    grad_pos = spec.grad_args if case.get("grad", True) else ()
-    grad_seed = seed + 7919
-
-    expected = _run(spec.torch_impl, inputs.map(lambda t: t.detach().clone()), grad_pos, grad_seed, poison=False)
-    ref_inputs = inputs.map(lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach())
-    refs = _run(spec.reference, ref_inputs, grad_pos, grad_seed, poison=False, dy_dtype=expected[0][1].dtype)
-    got = _run(impl, inputs, grad_pos, grad_seed, poison=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
+def check_outputs(spec: OpSpec, case: Case, dtype: torch.dtype, refs, expected, got, device) -> list[Check]:
+    """Compare each (name, tensor) of ``got`` with the float64 ``refs`` (rules 1-4)."""
     rtol, atol = spec.tolerance.elementwise(dtype, spec.reduction_length(case))
     checks = []
     for (name, r), (_, e), (_, o) in zip(refs, expected, got):
@@ -366,6 +355,41 @@ def verify_case(
         )
     if len(got) != len(refs):
         checks.append(Check(output="outputs", passed=False, reasons=[f"{len(got)} results, expected {len(refs)}"]))
+    return checks
+
+
+def reference_outputs(spec: OpSpec, inputs: Inputs, grad_pos: Sequence[int], grad_seed: int):
+    """(expected, refs): PyTorch's same-dtype outputs and the float64 reference's, each with the
+    gradients of ``grad_pos`` for the same seeded grad_output."""
+    expected = run_outputs(spec.torch_impl, inputs.map(lambda t: t.detach().clone()), grad_pos, grad_seed, poison=False)
+    ref_inputs = inputs.map(lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach())
+    refs = run_outputs(spec.reference, ref_inputs, grad_pos, grad_seed, poison=False, dy_dtype=expected[0][1].dtype)
+    return expected, refs
+
+
+def verify_case(
+    spec: OpSpec,
+    impl: Callable,
+    case: Case,
+    dtype: torch.dtype,
+    seed: int,
+    device: torch.device,
+    *,
+    check_determinism: bool = True,
+) -> VerifyRow:
+    """Verify ``impl`` on one (case, dtype, seed); see the module docstring for the rules."""
+    gen = make_generator(seed, device)
+    inputs = spec.make_inputs(case, dtype, gen, device)
+    pristine = inputs.map(lambda t: t.detach().clone())
+    grad_pos = spec.grad_args if case.get("grad", True) else ()
+    grad_seed = seed + 7919
+
+    expected, refs = reference_outputs(spec, inputs, grad_pos, grad_seed)
+    got = run_outputs(impl, inputs, grad_pos, grad_seed, poison=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+    checks = check_outputs(spec, case, dtype, refs, expected, got, device)
 
     # Rule 5: inputs untouched (bitwise) unless the op mutates them.
     for pos, (a, b) in enumerate(zip(inputs.args, pristine.args)):
@@ -374,7 +398,7 @@ def verify_case(
 
     # Rule 6: a repeat call on the same inputs gives the same bits.
     if spec.deterministic and check_determinism:
-        again = _run(impl, pristine.map(lambda t: t.clone()), grad_pos, grad_seed, poison=True)
+        again = run_outputs(impl, pristine.map(lambda t: t.clone()), grad_pos, grad_seed, poison=True)
         for (name, o1), (_, o2) in zip(got, again):
             if isinstance(o1, torch.Tensor) and isinstance(o2, torch.Tensor) and not _bitwise_equal(o1, o2):
                 checks.append(Check(output=name, passed=False, reasons=["not bitwise identical on a repeat call"]))

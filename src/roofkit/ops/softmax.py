@@ -112,13 +112,14 @@ def _softmax_fwd_kernel(
             x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
                         eviction_policy="evict_last").to(tl.float32)
             m_new = tl.maximum(m_i, x)
-            # Guard m_new == -inf (nothing finite seen yet): exp(-inf - -inf) would be NaN.
-            alive = m_new > -float("inf")
-            alpha = tl.where(alive, tl.exp(m_i - m_new), 0.0)
-            s_i = s_i * alpha + tl.where(alive, tl.exp(x - m_new), 0.0)
+            # Guard m_new == -inf (nothing finite seen yet): exp(-inf - -inf) would be NaN. The
+            # guard is an equality so that NaN (in x or m_new) still flows into the sum.
+            dead = m_new == -float("inf")
+            alpha = tl.where(dead, 0.0, tl.exp(m_i - m_new))
+            s_i = s_i * alpha + tl.where(dead, 0.0, tl.exp(x - m_new))
             m_i = m_new
         m = tl.max(m_i, axis=1)
-        s = tl.sum(tl.where(m_i > -float("inf"), s_i * tl.exp(m_i - m[:, None]), 0.0), axis=1)
+        s = tl.sum(tl.where(m_i == -float("inf"), 0.0, s_i * tl.exp(m_i - m[:, None])), axis=1)
         # An all -inf row has s == 0 and m == -inf: z below is NaN, as in torch.
         log_s = tl.log(s)
         for start in range(0, N, BLOCK_N):

@@ -1,0 +1,293 @@
+"""roofkit command line: ``list | verify | bench | device | report``, a thin shell over the harness."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+SUITES = ("llama3-8b", "llama3-70b", "gpt2", "edge")
+
+
+def _setup_backend() -> bool:
+    """Switch the Triton interpreter on when there is no CUDA device (before triton is imported).
+    Returns whether a CUDA device is present."""
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if not has_cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return has_cuda
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _select_specs(names):
+    from roofkit.harness import registry
+
+    specs = registry.all_specs()
+    if not names:
+        return specs
+    known = {s.name: s for s in specs}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"roofkit: unknown op(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [known[n] for n in names]
+
+
+def _dtype(name):
+    import torch
+
+    aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    dt = getattr(torch, aliases.get(name, name), None)
+    if not isinstance(dt, torch.dtype):
+        raise SystemExit(f"roofkit: unknown dtype {name!r} (use float32, float16 or bfloat16)")
+    return dt
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_list(args) -> int:
+    from rich.table import Table
+
+    from roofkit.harness.bench import provider_callables
+
+    t = Table(title="registered ops")
+    for col in ("op", "dtypes", "cases", "suites", "providers"):
+        t.add_column(col)
+    for s in _select_specs(args.ops):
+        fns, skipped = provider_callables(s, None) if args.providers else ({}, {})
+        prov = ", ".join(["roofkit"] + list(s.baselines))
+        if args.providers:
+            prov = ", ".join(list(fns) + [f"{n} (not installed)" for n in skipped])
+        t.add_row(
+            s.name,
+            ", ".join(str(d).removeprefix("torch.") for d in s.dtypes),
+            str(len(s.cases)),
+            ", ".join(k for k, v in s.suites.items() if v),
+            prov,
+        )
+    _console().print(t)
+    return 0
+
+
+def _run_verify(specs, *, dtypes=None, quick=False, slow=False, seeds=3, console) -> bool:
+    from rich.table import Table
+
+    from roofkit.harness.verify import verify_op
+
+    t = Table(title="roofkit verify (float64 reference)")
+    for col in ("op", "rows passed", "worst err_l2 / budget", "result"):
+        t.add_column(col)
+    ok = True
+    for spec in specs:
+        try:
+            rep = verify_op(spec, dtypes=dtypes, quick=quick, slow=slow, seeds=seeds)
+        except Exception:
+            console.print(f"[red]{spec.name}: verification raised[/red]")
+            console.print(traceback.format_exc())
+            t.add_row(spec.name, "-", "-", "[red]ERROR[/red]")
+            ok = False
+            continue
+        worst = max(
+            (c for r in rep.rows for c in r.checks if c.budget_l2 == c.budget_l2 and c.budget_l2 > 0),
+            key=lambda c: c.err_l2 / c.budget_l2,
+            default=None,
+        )
+        ratio = f"{worst.err_l2 / worst.budget_l2:.2f} ({worst.err_l2:.2g}/{worst.budget_l2:.2g})" if worst else "-"
+        n_ok = sum(r.passed for r in rep.rows)
+        t.add_row(spec.name, f"{n_ok}/{len(rep.rows)}", ratio, "pass" if rep.passed else "[red]FAIL[/red]")
+        if not rep.passed:
+            ok = False
+            for r in rep.failures():
+                console.print(f"[red]FAIL[/red] {r.describe()}")
+    console.print(t)
+    return ok
+
+
+def cmd_verify(args) -> int:
+    console = _console()
+    dtypes = [_dtype(d) for d in args.dtype] if args.dtype else None
+    ok = _run_verify(_select_specs(args.ops), dtypes=dtypes, quick=args.quick, slow=args.slow, seeds=args.seeds, console=console)
+    return 0 if ok else 1
+
+
+def cmd_bench(args) -> int:
+    import torch
+
+    console = _console()
+    specs = _select_specs(args.ops)
+    if not torch.cuda.is_available():
+        console.print(
+            "[bold yellow]No CUDA GPU found: timing needs a GPU.[/bold yellow] Running the correctness "
+            "checks on small shapes instead (the Triton interpreter on CPU; `roofkit verify --quick`)."
+        )
+        ok = _run_verify(specs, quick=True, seeds=2, console=console)
+        console.print("correctness checks " + ("passed" if ok else "[red]FAILED[/red]"))
+        return 0 if ok else 1
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from roofkit.harness import roofline
+    from roofkit.harness.bench import bench_case, bench_items
+    from roofkit.harness.device import environment, load_ceilings
+    from roofkit.harness.record import write_results
+    from roofkit.harness.report import results_table
+
+    import dataclasses
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    env = environment(device)
+    console.print(f"GPU: {env['gpu']} (driver {env['driver']}), torch {env['torch']}, triton {env['triton']}")
+    ceilings = load_ceilings(device)
+    console.print(
+        f"measured ceilings: {ceilings.copy_gbps:.0f} GB/s copy, {ceilings.read_gbps:.0f} GB/s read, "
+        + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.matmul_tflops.items()) + " TFLOP/s"
+    )
+    items = bench_items(specs, args.suite)
+    if not items:
+        console.print(f"[red]no benchmark cases in suite {args.suite!r} for {', '.join(s.name for s in specs)}[/red]")
+        return 1
+    records = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as prog:
+        task = prog.add_task("bench", total=len(items))
+        for spec, case, dtype in items:
+            prog.update(task, description=f"{spec.name} {case.name} {str(dtype).removeprefix('torch.')}")
+            records += bench_case(spec, case, dtype, ceilings, providers=args.providers, l2=args.l2, graph=args.graph, device=device)
+            prog.advance(task)
+    out = Path(args.out)
+    paths = write_results(out, records, env, dataclasses.asdict(ceilings))
+    roofline.plot([dataclasses.asdict(r) for r in records], ceilings, out / "roofline.png", title=f"roofkit bench --suite {args.suite}")
+    console.print(results_table(records, title=f"roofkit bench --suite {args.suite} ({env['gpu']}, {args.l2} L2)"))
+    skipped = sorted({(r.provider, r.status) for r in records if r.status.startswith("skipped")})
+    for prov, status in skipped:
+        console.print(f"provider {prov}: {status}")
+    bad = [r for r in records if r.status == "ok" and r.verified is False]
+    for r in bad:
+        console.print(f"[red]unverified[/red] {r.op} {r.case} {r.provider}: {r.verify_detail}")
+    console.print(f"wrote {paths['json']}, {paths['csv']}, {out / 'roofline.png'}")
+    ours_bad = [r for r in bad if r.provider == "roofkit"]
+    return 1 if ours_bad else 0
+
+
+def cmd_device(args) -> int:
+    import dataclasses
+
+    import torch
+    from rich.table import Table
+
+    from roofkit.harness.device import DATASHEET, datasheet_for, device_info, load_ceilings
+
+    console = _console()
+    if not torch.cuda.is_available():
+        console.print("No CUDA GPU found: nothing to measure. Datasheet figures (dense) for reference:")
+        t = Table()
+        t.add_column("GPU")
+        cols = list(next(iter(DATASHEET.values())))
+        for c in cols:
+            t.add_column(c, justify="right")
+        for name, row in DATASHEET.items():
+            t.add_row(name, *["-" if row[c] is None else f"{row[c]:g}" for c in cols])
+        console.print(t)
+        return 1 if args.measure else 0
+    info = device_info()
+    console.print(
+        f"{info.name}: {info.sm_count} SMs, L2 {info.l2_bytes} B, {info.total_memory_bytes / 2**30:.1f} GiB, "
+        f"compute capability {info.capability}, driver {info.driver}"
+    )
+    ceil = load_ceilings(measure=args.measure, refresh=args.measure)
+    sheet = datasheet_for(info.name)
+    t = Table(title="ceilings: measured on this GPU, datasheet beside")
+    for col in ("ceiling", "measured", "datasheet"):
+        t.add_column(col, justify="right" if col != "ceiling" else "left")
+    sd = sheet[1] if sheet else {}
+    if ceil is None:
+        console.print("no measured ceilings cached yet: run `roofkit device --measure`")
+    rows = [("copy bandwidth, read+write (GB/s)", ceil and ceil.copy_gbps, sd.get("hbm_gbps")),
+            ("read bandwidth (GB/s)", ceil and ceil.read_gbps, sd.get("hbm_gbps"))]
+    for key, sheet_key in (("bf16", "bf16_tflops"), ("fp16", "fp16_tflops"), ("tf32", "tf32_tflops"),
+                           ("fp32", "fp32_tflops"), ("fp8_e4m3", "fp8_tflops"), ("int8", "int8_tops")):
+        unit = "TOP/s" if key == "int8" else "TFLOP/s"
+        rows.append((f"{key} GEMM ({unit})", ceil.matmul_tflops.get(key) if ceil else None, sd.get(sheet_key)))
+    for name, m, d in rows:
+        t.add_row(name, "-" if m is None else f"{m:.0f}", "-" if d is None else f"{d:g}")
+    console.print(t)
+    if sheet:
+        console.print(f"datasheet row: {sheet[0]} (vendor figures, dense)")
+    if ceil is not None:
+        console.print(f"measured {ceil.measured_at}: {ceil.method}")
+        if args.json:
+            Path(args.json).write_text(__import__("json").dumps(dataclasses.asdict(ceil), indent=2))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from roofkit.harness.record import load_results
+    from roofkit.harness.report import compare_runs, comparison_table, results_table
+
+    console = _console()
+    env, _, recs = load_results(args.results)
+    console.print(results_table(recs, title=f"{args.results} ({env.get('gpu')}, {env.get('date')})"))
+    if args.other:
+        env2, _, recs2 = load_results(args.other)
+        rows = compare_runs(recs, recs2)
+        console.print(comparison_table(rows, title=f"{args.other} vs {args.results}"))
+        n_reg = sum(r.regression for r in rows)
+        console.print(f"{len(rows)} matched rows, {n_reg} regression(s) beyond noise")
+        return 1 if n_reg else 0
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="roofkit", description="Verified Triton kernels, placed on the roofline of this GPU.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="registered ops, their dtypes, cases, suites and providers")
+    s.add_argument("ops", nargs="*")
+    s.add_argument("--providers", action="store_true", help="check which baseline providers are installed")
+    s.set_defaults(func=cmd_list)
+
+    s = sub.add_parser("verify", help="check ops against their float64 references (exit 1 on any failure)")
+    s.add_argument("ops", nargs="*")
+    s.add_argument("--dtype", action="append", help="float32, float16 or bfloat16 (repeatable)")
+    s.add_argument("--quick", action="store_true", help="only the cases tagged quick")
+    s.add_argument("--slow", action="store_true", help="include cases tagged slow (GPU)")
+    s.add_argument("--seeds", type=int, default=3)
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("bench", help="verify, time and place every provider on a suite's shapes")
+    s.add_argument("ops", nargs="*")
+    s.add_argument("--suite", default="llama3-8b", choices=SUITES)
+    s.add_argument("--providers", nargs="+", help="subset of providers (roofkit, torch, torch.compile, liger, flaggems)")
+    s.add_argument("--l2", default="cold", choices=("cold", "warm"))
+    s.add_argument("--graph", action="store_true", help="time CUDA-graph replays")
+    s.add_argument("--out", default="roofkit-out", help="folder for results.json, results.csv, roofline.png")
+    s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("device", help="this GPU's facts and measured ceilings, datasheet beside")
+    s.add_argument("--measure", action="store_true", help="measure now (and cache)")
+    s.add_argument("--json", help="also write the ceilings to this JSON file")
+    s.set_defaults(func=cmd_device)
+
+    s = sub.add_parser("report", help="table of a results.json; with two, the ratio per row and regressions")
+    s.add_argument("results")
+    s.add_argument("other", nargs="?")
+    s.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_backend()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

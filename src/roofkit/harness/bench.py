@@ -1,0 +1,151 @@
+"""``roofkit bench``: verify, time and place every provider of every op on one suite's shapes.
+
+For each (op, case, dtype): inputs are drawn once; PyTorch's same-dtype result and the float64
+reference are computed; every provider (roofkit and the installed baselines) is verified against
+the reference with the rules of :mod:`.verify`, timed interleaved with the others
+(:mod:`.timing`), verified again after the timing loop, and placed on the measured roofline.
+Providers that are not installed, or that raise, get a record saying so; none is dropped silently.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from .device import Ceilings
+from .inputs import make_generator
+from .record import Record
+from .roofline import place
+from .spec import Case, Inputs, OpSpec
+from .timing import time_providers
+from .verify import check_outputs, reference_outputs, run_outputs
+
+ROOFKIT = "roofkit"
+TORCH = "torch"
+BENCH_SEED = 20261130
+
+
+def provider_callables(spec: OpSpec, wanted: Sequence[str] | None) -> tuple[dict[str, Callable], dict[str, str]]:
+    """(name -> callable, name -> reason skipped) for roofkit and the spec's baselines."""
+    names = [ROOFKIT] + list(spec.baselines)
+    if wanted:
+        names = [n for n in names if n in wanted]
+    fns, skipped = {}, {}
+    for name in names:
+        if name == ROOFKIT:
+            fns[name] = spec.impl
+            continue
+        try:
+            fn = spec.baselines[name]()
+        except ImportError as exc:
+            fn, why = None, f"not installed ({exc})"
+        else:
+            why = "not installed"
+        if fn is None:
+            skipped[name] = why
+        else:
+            fns[name] = fn
+    return fns, skipped
+
+
+def _timed_call(fn: Callable, inputs: Inputs, grad_pos: Sequence[int], dy: torch.Tensor | None) -> Callable[[], object]:
+    """A zero-argument closure doing one forward (and, with ``grad_pos``, one backward)."""
+    if not grad_pos:
+        return lambda: fn(*inputs.args, **inputs.kwargs)
+    args = list(inputs.args)
+    for i in grad_pos:
+        if isinstance(args[i], torch.Tensor):
+            args[i] = args[i].detach().requires_grad_(True)
+    targets = [args[i] for i in grad_pos if isinstance(args[i], torch.Tensor)]
+
+    def call():
+        out = fn(*args, **inputs.kwargs)
+        out0 = out[0] if isinstance(out, (tuple, list)) else out
+        return torch.autograd.grad(out0, targets, dy)
+
+    return call
+
+
+def _describe_shape(case: Case) -> str:
+    shape = case.get("shape")
+    return "x".join(map(str, shape)) if shape is not None else ""
+
+
+def bench_case(
+    spec: OpSpec,
+    case: Case,
+    dtype: torch.dtype,
+    ceilings: Ceilings,
+    *,
+    providers: Sequence[str] | None = None,
+    l2: str = "cold",
+    graph: bool = False,
+    device: torch.device,
+    rep_ms: float = 150.0,
+) -> list[Record]:
+    """Verify, time and place every provider on one (case, dtype); one :class:`Record` each."""
+    mode = case.get("mode", "fwd")
+    dname = str(dtype).removeprefix("torch.")
+    base = dict(op=spec.name, case=case.name, shape=_describe_shape(case), dtype=dname, mode=mode, l2=l2, graph=graph)
+    fns, skipped = provider_callables(spec, providers)
+    records = {name: Record(provider=name, status=f"skipped: {why}", **base) for name, why in skipped.items()}
+
+    inputs = spec.make_inputs(case, dtype, make_generator(BENCH_SEED, device), device)
+    grad_pos = spec.grad_args if mode == "fwd_bwd" else ()
+    expected, refs = reference_outputs(spec, inputs, grad_pos, BENCH_SEED)
+    dy = None
+    if grad_pos:
+        out0 = expected[0][1]
+        g = make_generator(BENCH_SEED + 1, device)
+        dy = torch.randn(out0.shape, generator=g, device=device, dtype=torch.float32).to(out0.dtype)
+
+    def verify(fn) -> tuple[bool, float, float, str]:
+        got = run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=True)
+        torch.cuda.synchronize(device)
+        checks = check_outputs(spec, case, dtype, refs, expected, got, device)
+        worst = max(checks, key=lambda c: (c.err_l2 if c.err_l2 == c.err_l2 else -1))
+        detail = "; ".join(f"{c.output}: {', '.join(c.reasons)}" for c in checks if not c.passed)
+        return all(c.passed for c in checks), worst.err_l2, worst.budget_l2, detail
+
+    timed = {}
+    verdicts = {}
+    for name, fn in fns.items():
+        try:
+            verdicts[name] = verify(fn)
+        except Exception as exc:  # a provider that cannot run this case is recorded, not hidden
+            records[name] = Record(provider=name, status=f"error: {type(exc).__name__}: {str(exc)[:200]}", **base)
+            torch.cuda.synchronize(device)
+            continue
+        timed[name] = _timed_call(fn, inputs, grad_pos, dy)
+
+    timings = time_providers(timed, device=device, l2=l2, graph=graph, rep_ms=rep_ms) if timed else {}
+    cost = spec.cost(case, dtype)
+    for name, t in timings.items():
+        ok, err, budget, detail = verdicts[name]
+        ok_after, _, _, detail_after = verify(fns[name])  # re-verified after the timing loop
+        if not ok_after:
+            ok, detail = False, f"after timing: {detail_after}"
+        p = place(cost, t.median_ms, ceilings, dtype, matrix=spec.matrix, l2=l2)
+        records[name] = Record(
+            provider=name, status="ok",
+            median_ms=t.median_ms, p20_ms=t.p20_ms, p80_ms=t.p80_ms, reps=t.reps, wall_us=t.wall_us,
+            gbps=p.gbps, tflops=p.tflops, intensity=p.intensity, bound=p.bound, roof_pct=p.roof_pct,
+            implausible=p.implausible, verified=ok, err_l2=err, budget_l2=budget, verify_detail=detail,
+            flops=cost.flops, bytes=cost.bytes, method=t.method, **base,
+        )
+    torch_ms = records[TORCH].median_ms if TORCH in records and records[TORCH].status == "ok" else None
+    for r in records.values():
+        if torch_ms and r.median_ms:
+            r.speedup_vs_torch = torch_ms / r.median_ms
+    order = [ROOFKIT] + list(spec.baselines)
+    del inputs, expected, refs, timed
+    gc.collect()
+    torch.cuda.empty_cache()
+    return [records[n] for n in order if n in records]
+
+
+def bench_items(specs: Iterable[OpSpec], suite: str) -> list[tuple[OpSpec, Case, torch.dtype]]:
+    """Every (op, case, dtype) of ``suite`` across ``specs``."""
+    return [(s, c, d) for s in specs for c in s.suites.get(suite, ()) for d in s.case_dtypes(c)]

@@ -1,0 +1,276 @@
+"""Facts and ceilings of the GPU in hand: read from the device, measured, cached.
+
+``measure_ceilings`` measures this GPU (copy and read bandwidth, matrix throughput per dtype
+through large GEMMs in PyTorch); ``load_ceilings`` reads the cache keyed by (GPU, driver, torch
+version) or measures. ``DATASHEET`` holds vendors' dense figures, shown beside the measurement,
+never instead of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# Vendor datasheet figures, dense (no sparsity). Units in the names. None: not offered.
+DATASHEET: dict[str, dict[str, float | None]] = {
+    "A100 SXM4 80GB": dict(hbm_gbps=2039, bf16_tflops=312, fp16_tflops=312, tf32_tflops=156, fp32_tflops=19.5, fp8_tflops=None, int8_tops=624),
+    "H100 SXM5": dict(hbm_gbps=3350, bf16_tflops=989, fp16_tflops=989, tf32_tflops=495, fp32_tflops=67, fp8_tflops=1979, int8_tops=1979),
+    "H100 PCIe": dict(hbm_gbps=2000, bf16_tflops=756, fp16_tflops=756, tf32_tflops=378, fp32_tflops=51, fp8_tflops=1513, int8_tops=1513),
+    "H200 SXM": dict(hbm_gbps=4800, bf16_tflops=989, fp16_tflops=989, tf32_tflops=495, fp32_tflops=67, fp8_tflops=1979, int8_tops=1979),
+    "L40S": dict(hbm_gbps=864, bf16_tflops=362, fp16_tflops=362, tf32_tflops=183, fp32_tflops=91.6, fp8_tflops=733, int8_tops=733),
+    "RTX 4090": dict(hbm_gbps=1008, bf16_tflops=165, fp16_tflops=165, tf32_tflops=82.6, fp32_tflops=82.6, fp8_tflops=330, int8_tops=661),
+    "B200": dict(hbm_gbps=8000, bf16_tflops=2250, fp16_tflops=2250, tf32_tflops=1100, fp32_tflops=75, fp8_tflops=4500, int8_tops=4500),
+    "MI300X": dict(hbm_gbps=5300, bf16_tflops=1307, fp16_tflops=1307, tf32_tflops=654, fp32_tflops=163, fp8_tflops=2615, int8_tops=2615),
+}
+
+# How device names (torch.cuda.get_device_name) map to datasheet rows; first match wins.
+_NAME_PATTERNS = [
+    (r"H200", "H200 SXM"),
+    (r"H100.*PCIe", "H100 PCIe"),
+    (r"H100", "H100 SXM5"),
+    (r"A100", "A100 SXM4 80GB"),
+    (r"L40S", "L40S"),
+    (r"4090", "RTX 4090"),
+    (r"B200", "B200"),
+    (r"MI300X", "MI300X"),
+]
+
+
+def datasheet_for(name: str) -> tuple[str, dict] | None:
+    """(row name, figures) of the datasheet row matching a device name, or None."""
+    for pattern, row in _NAME_PATTERNS:
+        if re.search(pattern, name, flags=re.IGNORECASE):
+            return row, DATASHEET[row]
+    return None
+
+
+@dataclass
+class DeviceInfo:
+    """What the device says about itself."""
+
+    name: str
+    sm_count: int
+    l2_bytes: int
+    total_memory_bytes: int
+    capability: str
+    driver: str
+
+
+def driver_version() -> str:
+    """The NVIDIA driver version through NVML, or 'unknown'."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else str(v)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return "unknown"
+
+
+def sm_clock_mhz(index: int = 0) -> dict:
+    """Current and maximum SM clock in MHz through NVML ({} where unreadable)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            return {
+                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "sm_clock_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+            }
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return {}
+
+
+def device_info(device: torch.device | str | None = None) -> DeviceInfo:
+    """Facts read from the CUDA device (RuntimeError without one)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device")
+    device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    p = torch.cuda.get_device_properties(device)
+    return DeviceInfo(
+        name=p.name,
+        sm_count=p.multi_processor_count,
+        l2_bytes=p.L2_cache_size,
+        total_memory_bytes=p.total_memory,
+        capability=f"{p.major}.{p.minor}",
+        driver=driver_version(),
+    )
+
+
+def environment(device: torch.device | str | None = None) -> dict:
+    """The environment every record carries: GPU, driver, CUDA, torch, triton, roofkit, clocks, date."""
+    import triton
+
+    import roofkit
+
+    env = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "roofkit": roofkit.__version__,
+        "cuda": torch.version.cuda,
+        "host": platform.node(),
+    }
+    if torch.cuda.is_available():
+        info = device_info(device)
+        env.update(gpu=info.name, driver=info.driver, sm_count=info.sm_count, l2_bytes=info.l2_bytes, capability=info.capability)
+        index = torch.device(device).index if device is not None else None
+        env.update(sm_clock_mhz(index if index is not None else torch.cuda.current_device()))
+    else:
+        env.update(gpu=None, driver=None)
+    return env
+
+
+@dataclass
+class Ceilings:
+    """Measured ceilings of one GPU. Bandwidths in GB/s (1e9 B/s); matrix rates in TFLOP/s
+    (TOP/s for int8), keyed by dtype name (bf16, fp16, tf32, fp32, fp8_e4m3, int8)."""
+
+    gpu: str
+    driver: str
+    torch: str
+    copy_gbps: float
+    read_gbps: float
+    matmul_tflops: dict[str, float]
+    l2_bytes: int
+    sm_count: int
+    measured_at: str
+    method: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        """The memory roof: the larger of the measured copy and read bandwidths."""
+        return max(self.copy_gbps, self.read_gbps)
+
+    def peak_tflops(self, dtype: torch.dtype, matrix: bool) -> float:
+        """Compute roof for an op in ``dtype``: the matrix rate when it runs on matrix units,
+        else the float32 rate measured without tensor cores (a proxy for the vector units)."""
+        if not matrix:
+            return self.matmul_tflops["fp32"]
+        key = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "tf32", torch.int8: "int8"}.get(dtype)
+        if key is None and "float8" in str(dtype):
+            key = "fp8_e4m3"
+        return self.matmul_tflops.get(key, self.matmul_tflops["fp32"])
+
+
+def cache_dir() -> Path:
+    """``$ROOFKIT_CACHE_DIR`` or ``~/.cache/roofkit``."""
+    return Path(os.environ.get("ROOFKIT_CACHE_DIR", Path.home() / ".cache" / "roofkit"))
+
+
+def _cache_path(info: DeviceInfo) -> Path:
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{info.name}-{info.driver}-torch{torch.__version__}")
+    return cache_dir() / "ceilings" / f"{key}.json"
+
+
+def _gemm_tflops(dtype_name: str, n: int, device: torch.device) -> float | None:
+    from .timing import time_providers
+
+    g = torch.Generator(device=device)
+    g.manual_seed(0)
+    a32 = torch.randn(n, n, device=device, generator=g)
+    b32 = torch.randn(n, n, device=device, generator=g)
+    if dtype_name in ("bf16", "fp16"):
+        dt = torch.bfloat16 if dtype_name == "bf16" else torch.float16
+        a, b = a32.to(dt), b32.to(dt)
+        fn = lambda: a @ b  # noqa: E731
+    elif dtype_name in ("tf32", "fp32"):
+        a, b = a32, b32
+        allow = dtype_name == "tf32"
+
+        def fn():
+            prev = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            try:
+                return a @ b
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = prev
+    elif dtype_name == "fp8_e4m3":
+        if torch.cuda.get_device_capability(device) < (8, 9) or not hasattr(torch, "_scaled_mm"):
+            return None
+        a = a32.to(torch.float8_e4m3fn)
+        b = b32.to(torch.float8_e4m3fn).t().contiguous().t()  # column-major second operand
+        one = torch.ones((), device=device)
+        fn = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+    elif dtype_name == "int8":
+        a = torch.randint(-64, 64, (n, n), device=device, dtype=torch.int8, generator=g)
+        b = torch.randint(-64, 64, (n, n), device=device, dtype=torch.int8, generator=g)
+        fn = lambda: torch._int_mm(a, b)  # noqa: E731
+    else:
+        raise ValueError(dtype_name)
+    try:
+        t = time_providers({dtype_name: fn}, device=device, l2="cold", rep_ms=300)[dtype_name]
+    except RuntimeError:
+        return None
+    return 2 * n**3 / (t.median_ms * 1e-3) / 1e12
+
+
+def measure_ceilings(device: torch.device | str | None = None, *, gemm_n: int = 8192, bytes_: int = 1 << 31) -> Ceilings:
+    """Measure this GPU: device-to-device copy (read+write bytes), read (sum of fp32), and
+    ``gemm_n``^3 GEMMs through PyTorch in bf16, fp16, tf32, fp32, fp8 e4m3 and int8."""
+    from .timing import time_providers
+
+    info = device_info(device)
+    device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    n = bytes_ // 4
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    t = time_providers({"copy": lambda: dst.copy_(src), "read": lambda: src.sum()}, device=device, rep_ms=300)
+    copy_gbps = 2 * bytes_ / (t["copy"].median_ms * 1e-3) / 1e9
+    read_gbps = bytes_ / (t["read"].median_ms * 1e-3) / 1e9
+    del src, dst
+    torch.cuda.empty_cache()
+    rates = {}
+    for name in ("bf16", "fp16", "tf32", "fp32", "fp8_e4m3", "int8"):
+        r = _gemm_tflops(name, gemm_n, device)
+        if r is not None:
+            rates[name] = r
+    torch.cuda.empty_cache()
+    return Ceilings(
+        gpu=info.name,
+        driver=info.driver,
+        torch=torch.__version__,
+        copy_gbps=copy_gbps,
+        read_gbps=read_gbps,
+        matmul_tflops=rates,
+        l2_bytes=info.l2_bytes,
+        sm_count=info.sm_count,
+        measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        method=(
+            f"median of CUDA-event timings, cold L2; copy: {bytes_} B fp32 copy_ (bytes read + written); "
+            f"read: torch.sum of {bytes_} B fp32; GEMM: {gemm_n}^3 random operands through PyTorch "
+            "(cuBLAS; torch._scaled_mm for fp8, torch._int_mm for int8)"
+        ),
+    )
+
+
+def load_ceilings(device: torch.device | str | None = None, *, measure: bool = True, refresh: bool = False) -> Ceilings | None:
+    """Cached ceilings of this GPU; measured (and cached) when missing and ``measure`` is set."""
+    info = device_info(device)
+    path = _cache_path(info)
+    if path.exists() and not refresh:
+        return Ceilings(**json.loads(path.read_text()))
+    if not measure:
+        return None
+    c = measure_ceilings(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(c), indent=2))
+    return c

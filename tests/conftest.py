@@ -1,0 +1,28 @@
+"""Test set-up: the Triton interpreter without a GPU, device fixture, gpu/slow selection.
+
+TRITON_INTERPRET must be set before triton defines any kernel, so this runs first.
+"""
+
+import os
+
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def device() -> torch.device:
+    return torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    markexpr = config.getoption("-m") or ""
+    for item in items:
+        if "gpu" in item.keywords and not HAS_CUDA:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device (run `pytest -m gpu` on a GPU)"))
+        elif "slow" in item.keywords and "slow" not in markexpr:
+            item.add_marker(pytest.mark.skip(reason="slow: run with `-m slow` on a GPU"))

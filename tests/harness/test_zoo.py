@@ -1,0 +1,189 @@
+"""The wrong-implementation zoo: verification must reject every one of them.
+
+Each entry is a plausible bug. The test asserts that ``verify_op`` fails *and* names the rule
+that caught it, so a check that stops working is noticed. As a control, PyTorch's own
+implementation (and roofkit's, in the registry-wide test) must pass the same cases.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roofkit.harness.verify import verify_op
+
+pytestmark = pytest.mark.harness
+
+SOFTMAX_CASES = ["prime_37x781", "odd_3x7", "row_4096"]
+RMS_CASES = ["prime_37x781", "row_4096"]
+
+
+# ----------------------------------------------------------------------------- softmax zoo
+
+
+def softmax_writes_nothing(input, dim=-1, dtype=None):
+    return torch.empty_like(input)
+
+
+def softmax_returns_zeros(input, dim=-1, dtype=None):
+    return torch.zeros_like(input)
+
+
+def softmax_drops_last_column(input, dim=-1, dtype=None):
+    out = torch.empty_like(input)
+    out[..., :-1] = F.softmax(input[..., :-1], dim=-1)
+    return out
+
+
+def softmax_off_by_one_mask(input, dim=-1, dtype=None):
+    # The reduction ignores the last element; every element is still written.
+    x = input.float()
+    m = x[..., :-1].amax(dim=-1, keepdim=True)
+    s = (x[..., :-1] - m).exp().sum(dim=-1, keepdim=True)
+    return ((x - m).exp() / s).to(input.dtype)
+
+
+def softmax_bf16_accumulation(input, dim=-1, dtype=None):
+    x = input.float()
+    e = (x - x.amax(dim=-1, keepdim=True)).exp()
+    acc = torch.zeros(e.shape[:-1], dtype=torch.bfloat16, device=e.device)
+    for j in range(e.shape[-1]):  # a running sum rounded to bf16 at every step
+        acc = acc + e[..., j].to(torch.bfloat16)
+    return (e / acc.float().unsqueeze(-1)).to(input.dtype)
+
+
+def softmax_returns_input(input, dim=-1, dtype=None):
+    return input
+
+
+_cache = {}
+
+
+def softmax_cached(input, dim=-1, dtype=None):
+    key = (tuple(input.shape), input.dtype)
+    if key not in _cache:
+        _cache[key] = F.softmax(input, dim=dim)
+    return _cache[key]
+
+
+def softmax_mutates_input(input, dim=-1, dtype=None):
+    y = F.softmax(input, dim=dim)
+    input.data.mul_(0.5)  # behind autograd's back, as a kernel writing its input would
+    return y
+
+
+def softmax_nondeterministic(input, dim=-1, dtype=None):
+    y = F.softmax(input.float(), dim=dim)
+    jitter = 1 + torch.rand_like(y) * 1e-7  # sub-tolerance noise that changes from call to call
+    return (y * jitter).to(input.dtype)
+
+
+def softmax_wrong_dtype(input, dim=-1, dtype=None):
+    return F.softmax(input.float(), dim=dim)
+
+
+class _WrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = F.softmax(x, dim=-1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return y * g  # forgets the - sum(g * y) term
+
+
+def softmax_wrong_backward(input, dim=-1, dtype=None):
+    return _WrongGrad.apply(input)
+
+
+ZOO = [
+    (softmax_writes_nothing, "NaN/inf position"),
+    (softmax_returns_zeros, "relative L2 error"),
+    (softmax_returns_zeros, "no gradient returned"),
+    (softmax_drops_last_column, "NaN/inf position"),
+    (softmax_off_by_one_mask, "element(s) outside"),
+    (softmax_bf16_accumulation, "relative L2 error"),
+    (softmax_returns_input, "relative L2 error"),
+    (softmax_cached, "relative L2 error"),
+    (softmax_mutates_input, "input was modified"),
+    (softmax_nondeterministic, "not bitwise identical"),
+    (softmax_wrong_dtype, "dtype"),
+    (softmax_wrong_backward, "grad[0]"),
+]
+
+
+@pytest.mark.parametrize("impl,reason", ZOO, ids=[f.__name__ for f, _ in ZOO])
+def test_verify_rejects_wrong_softmax(impl, reason, device):
+    _cache.clear()
+    report = verify_op("softmax", impl, cases=SOFTMAX_CASES, seeds=2, device=device)
+    assert not report.passed, f"{impl.__name__} passed verification"
+    assert reason in report.summary(), report.summary()
+
+
+def test_verify_accepts_torch_softmax_as_control(device):
+    report = verify_op("softmax", F.softmax, cases=SOFTMAX_CASES, seeds=2, device=device)
+    assert report.passed, report.summary()
+
+
+@pytest.mark.gpu
+def test_verify_rejects_side_stream_without_sync():
+    def softmax_side_stream(input, dim=-1, dtype=None):
+        out = torch.empty_like(input)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # ~10 ms: the caller reads before this finishes
+            out.copy_(F.softmax(input, dim=dim))
+        return out  # no current_stream().wait_stream(side)
+
+    report = verify_op("softmax", softmax_side_stream, cases=["prime_37x781"], seeds=1, device="cuda")
+    assert not report.passed
+    assert "NaN/inf position" in report.summary(), report.summary()
+
+
+# ----------------------------------------------------------------------------- rms_norm zoo
+
+
+def rms_ignores_weight(input, normalized_shape, weight=None, eps=None):
+    return F.rms_norm(input, normalized_shape, None, eps)
+
+
+def rms_bf16_accumulation(input, normalized_shape, weight=None, eps=None):
+    x = input.float()
+    acc = torch.zeros(x.shape[:-1], dtype=torch.bfloat16, device=x.device)
+    for j in range(x.shape[-1]):
+        acc = acc + (x[..., j] * x[..., j]).to(torch.bfloat16)
+    y = x * torch.rsqrt(acc.float() / x.shape[-1] + eps).unsqueeze(-1)
+    return (y * weight.float() if weight is not None else y).to(input.dtype)
+
+
+def rms_eps_outside_sqrt(input, normalized_shape, weight=None, eps=None):
+    x = input.float()
+    y = x / (x.pow(2).mean(-1, keepdim=True).sqrt() + 1e-2)
+    return (y * weight.float() if weight is not None else y).to(input.dtype)
+
+
+def rms_writes_nothing(input, normalized_shape, weight=None, eps=None):
+    return torch.empty_like(input)
+
+
+RMS_ZOO = [
+    (rms_ignores_weight, "relative L2 error"),
+    (rms_bf16_accumulation, "relative L2 error"),
+    (rms_eps_outside_sqrt, "element(s) outside"),
+    (rms_writes_nothing, "NaN/inf position"),
+]
+
+
+@pytest.mark.parametrize("impl,reason", RMS_ZOO, ids=[f.__name__ for f, _ in RMS_ZOO])
+def test_verify_rejects_wrong_rms_norm(impl, reason, device):
+    report = verify_op("rms_norm", impl, cases=RMS_CASES, seeds=2, device=device)
+    assert not report.passed, f"{impl.__name__} passed verification"
+    assert reason in report.summary(), report.summary()
+
+
+def test_verify_accepts_torch_rms_norm_as_control(device):
+    report = verify_op("rms_norm", F.rms_norm, cases=RMS_CASES, seeds=2, device=device)
+    assert report.passed, report.summary()

@@ -1,0 +1,114 @@
+"""rms_norm properties the registry-wide test cannot state."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import roofkit
+from roofkit.harness.spec import case
+from roofkit.harness.verify import verify_op
+import importlib
+
+rms_module = importlib.import_module("roofkit.ops.rms_norm")
+
+pytestmark = pytest.mark.rms_norm
+
+
+def _x(shape, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+
+
+def test_rms_norm_default_eps_is_torch_finfo_eps(device):
+    x = _x((4, 64), device) * 1e-4  # small enough that eps matters
+    w = _x((64,), device, seed=1)
+    y = roofkit.rms_norm(x, (64,), w)
+    ref = rms_module.rms_norm_reference(x.double(), (64,), w.double(), torch.finfo(torch.float32).eps)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(y, F.rms_norm(x, (64,), w), rtol=1e-5, atol=1e-6)
+
+
+def test_rms_norm_is_scale_invariant(device):
+    x = _x((6, 100), device)
+    w = _x((100,), device, seed=2)
+    torch.testing.assert_close(roofkit.rms_norm(37.0 * x, 100, w, eps=0.0), roofkit.rms_norm(x, 100, w, eps=0.0), rtol=1e-5, atol=1e-6)
+
+
+def test_rms_norm_output_has_unit_rms_without_weight(device):
+    y = roofkit.rms_norm(_x((5, 300), device), [300])
+    rms = y.double().pow(2).mean(-1).sqrt()
+    torch.testing.assert_close(rms, torch.ones_like(rms), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("one_pass_max,programs_per_sm", [(64, 4), (16384, 1), (16384, 1000)])
+def test_rms_norm_all_kernel_paths_match_reference(one_pass_max, programs_per_sm, monkeypatch, device):
+    # Loop path on short rows; one program per SM; one program per row.
+    monkeypatch.setattr(rms_module, "ONE_PASS_MAX_N", one_pass_max)
+    monkeypatch.setattr(rms_module, "LOOP_BLOCK_N", 128)
+    monkeypatch.setattr(rms_module, "PROGRAMS_PER_SM", programs_per_sm)
+    report = verify_op("rms_norm", cases=["prime_37x781", "no_weight_5x96", "transposed_16x33", "odd_3x7"], seeds=2, device=device)
+    assert report.passed, report.summary()
+
+
+def test_rms_norm_weight_grad_is_bitwise_reproducible(device):
+    x = _x((64, 200), device, dtype=torch.bfloat16)
+    w = _x((200,), device, dtype=torch.bfloat16, seed=3)
+    dy = _x((64, 200), device, dtype=torch.bfloat16, seed=4)
+    grads = []
+    for _ in range(3):
+        xi, wi = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        grads.append(torch.autograd.grad(roofkit.rms_norm(xi, (200,), wi), (xi, wi), dy))
+    for g in grads[1:]:
+        assert torch.equal(g[0], grads[0][0]) and torch.equal(g[1], grads[0][1])
+
+
+def test_rms_norm_empty_input_returns_empty_without_launch(monkeypatch, device):
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("kernel launched on an empty input")
+
+    monkeypatch.setattr(rms_module, "_rms_norm_fwd_kernel", NoLaunch())
+    x = torch.empty((0, 8), device=device)
+    y = roofkit.rms_norm(x, (8,), torch.ones(8, device=device))
+    assert y.shape == (0, 8)
+
+
+@pytest.mark.parametrize(
+    "call,exc,words",
+    [
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d, dtype=torch.int32), (3,)), TypeError, ["roofkit.rms_norm", "input"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (2, 3)), ValueError, ["roofkit.rms_norm", "normalized_shape"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (4,)), ValueError, ["roofkit.rms_norm", "normalized_shape"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), torch.ones(4, device=d)), ValueError, ["roofkit.rms_norm", "weight", "(3,)"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), torch.ones(3, device=d, dtype=torch.float16)), TypeError, ["roofkit.rms_norm", "weight dtype"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), None, -1.0), ValueError, ["roofkit.rms_norm", "eps"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), None, "x"), TypeError, ["roofkit.rms_norm", "eps"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), [1.0, 1.0, 1.0]), TypeError, ["roofkit.rms_norm", "weight"]),
+    ],
+)
+def test_rms_norm_bad_input_raises_clear_error(call, exc, words, device):
+    with pytest.raises(exc) as info:
+        call(device)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_rms_norm_compiles_fullgraph_with_backward(device):
+    def fn(x, w):
+        return roofkit.rms_norm(x + 1.0, (48,), w).square().sum()
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    x = _x((7, 48), device).requires_grad_(True)
+    w = _x((48,), device, seed=5).requires_grad_(True)
+    gx, gw = torch.autograd.grad(compiled(x, w), (x, w))
+    x2, w2 = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    gx2, gw2 = torch.autograd.grad(F.rms_norm(x2 + 1.0, (48,), w2, torch.finfo(torch.float32).eps).square().sum(), (x2, w2))
+    torch.testing.assert_close(gx, gx2, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gw, gw2, rtol=1e-4, atol=1e-5)
+
+
+def test_rms_norm_cost_counts_five_passes_for_fwd_bwd():
+    c = case("t", shape=(2, 3, 8))
+    assert rms_module.rms_norm_cost(c, torch.bfloat16).bytes == (2 * 48 + 8) * 2
+    fb = case("t", shape=(2, 3, 8), mode="fwd_bwd")
+    assert rms_module.rms_norm_cost(fb, torch.bfloat16).bytes == (5 * 48 + 3 * 8) * 2

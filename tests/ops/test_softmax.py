@@ -1,0 +1,149 @@
+"""softmax / log_softmax properties the registry-wide test cannot state."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import roofkit
+from roofkit.harness.verify import verify_op
+import importlib
+
+softmax_module = importlib.import_module("roofkit.ops.softmax")
+
+pytestmark = pytest.mark.softmax
+
+
+def _x(shape, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+
+
+@settings(max_examples=15, deadline=None)
+@given(m=st.integers(1, 9), n=st.integers(1, 300), shift=st.floats(-50, 50), seed=st.integers(0, 2**16))
+def test_softmax_rows_sum_to_one_and_shift_invariant(m, n, shift, seed):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    x = _x((m, n), device, seed=seed)
+    y = roofkit.softmax(x, dim=-1)
+    assert torch.allclose(y.double().sum(-1), torch.ones(m, dtype=torch.float64, device=device), atol=1e-5)
+    assert (y >= 0).all()
+    y_shift = roofkit.softmax(x + shift, dim=-1)
+    torch.testing.assert_close(y_shift, y, rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_all_masked_row_is_nan_like_torch(device):
+    x = _x((3, 10), device)
+    x[1] = float("-inf")
+    y = roofkit.softmax(x, dim=-1)
+    assert torch.isnan(y[1]).all()
+    assert torch.isfinite(y[0]).all() and torch.isfinite(y[2]).all()
+    assert torch.isnan(F.softmax(x, dim=-1)[1]).all()  # the torch behaviour we mirror
+    ly = roofkit.log_softmax(x, dim=-1)
+    assert torch.isnan(ly[1]).all()
+
+
+def test_log_softmax_minus_inf_entries_stay_minus_inf(device):
+    x = _x((2, 8), device)
+    x[0, 3] = float("-inf")
+    ly = roofkit.log_softmax(x, dim=-1)
+    assert ly[0, 3] == float("-inf")
+    torch.testing.assert_close(ly.exp().sum(-1), torch.ones(2, device=device))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_online_path_matches_reference(op, monkeypatch, device):
+    # Force the two-pass online kernel (forward and backward) onto short rows.
+    monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 64)
+    monkeypatch.setattr(softmax_module, "ONLINE_BLOCK_N", 64)
+    assert softmax_module._launch_config(129)[0] is False
+    cases = ["neg_inf_8x129", "nan_8x129", "ties_8x129", "large_magnitude_8x300", "transposed_16x33", "dim0_33x16"]
+    report = verify_op(op, cases=cases, seeds=2, device=device)
+    assert report.passed, report.summary()
+
+
+def test_softmax_launch_heuristic_picks_online_for_vocab_rows():
+    assert softmax_module._launch_config(4096)[0] is True
+    assert softmax_module._launch_config(softmax_module.ONE_PASS_MAX_N)[0] is True
+    assert softmax_module._launch_config(128256)[0] is False
+
+
+def test_softmax_dtype_argument_sets_output_dtype(device):
+    x = _x((4, 33), device, dtype=torch.float16)
+    y = roofkit.softmax(x, dim=-1, dtype=torch.float32)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, F.softmax(x, dim=-1, dtype=torch.float32), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_empty_input_returns_empty_without_launch(monkeypatch, device):
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("kernel launched on an empty input")
+
+    monkeypatch.setattr(softmax_module, "_softmax_fwd_kernel", NoLaunch())
+    for shape in [(0, 7), (5, 0), (0,)]:
+        x = torch.empty(shape, device=device)
+        y = roofkit.softmax(x, dim=-1)
+        assert y.shape == x.shape and y.numel() == 0
+
+
+def test_softmax_scalar_input_like_torch(device):
+    x = torch.tensor(3.0, device=device)
+    assert roofkit.softmax(x, dim=0).item() == 1.0
+    assert roofkit.log_softmax(x, dim=-1).item() == 0.0
+
+
+@pytest.mark.parametrize(
+    "call,exc,words",
+    [
+        (lambda d: roofkit.softmax(torch.arange(6, device=d).view(2, 3)), TypeError, ["roofkit.softmax", "input", "int64"]),
+        (lambda d: roofkit.softmax([1.0, 2.0]), TypeError, ["roofkit.softmax", "input", "torch.Tensor"]),
+        (lambda d: roofkit.softmax(torch.ones(2, 3, device=d), dim=2), IndexError, ["roofkit.softmax", "dim 2"]),
+        (lambda d: roofkit.log_softmax(torch.ones(2, 3, device=d), dim=1.0), TypeError, ["roofkit.log_softmax", "dim"]),
+        (lambda d: roofkit.softmax(torch.ones(2, 3, device=d), dtype=torch.int32), TypeError, ["roofkit.softmax", "dtype"]),
+        (lambda d: roofkit.softmax(torch.ones(2, 3, device=d, dtype=torch.float64)), TypeError, ["roofkit.softmax", "float64"]),
+    ],
+)
+def test_softmax_bad_input_raises_clear_error(call, exc, words, device):
+    with pytest.raises(exc) as info:
+        call(device)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_softmax_cpu_tensor_without_interpreter_is_refused(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match=r"roofkit\.softmax: input is on cpu"):
+        roofkit.softmax(torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("op", [roofkit.softmax, roofkit.log_softmax])
+def test_softmax_compiles_fullgraph_with_backward(op, device):
+    ref_op = {roofkit.softmax: F.softmax, roofkit.log_softmax: F.log_softmax}[op]
+
+    def fn(x):
+        return op(x * 2.0, dim=-1).sum(dim=0)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    x = _x((5, 40), device).requires_grad_(True)
+    out = compiled(x)
+    (gx,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    x2 = x.detach().clone().requires_grad_(True)
+    out2 = ref_op(x2 * 2.0, dim=-1).sum(dim=0)
+    (gx2,) = torch.autograd.grad(out2, x2, torch.ones_like(out2))
+    torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gx, gx2, rtol=1e-4, atol=1e-5)
+
+
+def test_softmax_cost_counts_one_read_one_write():
+    from roofkit.harness.spec import case
+
+    c = case("t", shape=(4, 8))
+    assert softmax_module.softmax_cost(c, torch.float32).bytes == 2 * 32 * 4
+    assert softmax_module.softmax_cost(c, torch.bfloat16).bytes == 2 * 32 * 2
+    assert softmax_module.softmax_cost(c, torch.float32).flops == 5 * 32
+    fb = case("t", shape=(4, 8), mode="fwd_bwd")
+    assert softmax_module.softmax_cost(fb, torch.bfloat16).bytes == 5 * 32 * 2
+    assert math.isclose(softmax_module.softmax_cost(fb, torch.bfloat16).flops, 9 * 32)

@@ -1,0 +1,55 @@
+"""The command line: exit statuses and what it prints."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roofkit.cli import main
+from roofkit.harness import registry
+
+
+def test_cli_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("softmax", "log_softmax", "rms_norm"):
+        assert name in out
+
+
+def test_cli_verify_quick_passes(capsys):
+    assert main(["verify", "softmax", "--quick", "--dtype", "float32", "--seeds", "1"]) == 0
+    assert "pass" in capsys.readouterr().out
+
+
+def test_cli_verify_exits_1_and_prints_the_failing_case(monkeypatch, capsys):
+    spec = registry.get("softmax")
+    monkeypatch.setattr(spec, "impl", lambda input, dim=-1, dtype=None: F.softmax(input, dim) * 1.01)
+    assert main(["verify", "softmax", "--quick", "--dtype", "float32", "--seeds", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "err_l2=" in out
+
+
+def test_cli_unknown_op_is_an_error():
+    with pytest.raises(SystemExit):
+        main(["verify", "no_such_op"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_cli_bench_without_gpu_says_so_and_runs_checks(capsys):
+    assert main(["bench", "rms_norm"]) == 0
+    out = capsys.readouterr().out
+    assert "timing needs a GPU" in out and "rms_norm" in out
+
+
+def test_cli_report_compares_two_runs(tmp_path, capsys):
+    def write(path, ms):
+        rec = dict(op="softmax", case="c", shape="4", dtype="bfloat16", mode="fwd", provider="roofkit",
+                   status="ok", median_ms=ms, p20_ms=ms * 0.99, p80_ms=ms * 1.01)
+        path.write_text(json.dumps({"environment": {"gpu": "G"}, "ceilings": None, "records": [rec]}))
+
+    write(tmp_path / "a.json", 1.0)
+    write(tmp_path / "b.json", 1.5)
+    assert main(["report", str(tmp_path / "a.json")]) == 0
+    assert main(["report", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 1
+    assert "regression" in capsys.readouterr().out
