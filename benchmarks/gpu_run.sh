@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session's work, run on the lent H200 through the device tool (see benchmarks/NOTES.md):
-#   bash benchmarks/gpu_run.sh STEP...   with STEP in: measure tests slow sanitize bench:SUITE[:OPS]
+#   bash benchmarks/gpu_run.sh STEP...   with STEP in: measure tests slow sanitize sweep bench:SUITE[:OPS]
 # Uses the image's torch/triton (roofkit from src/, no install), the peers from .peers/ when
 # carried. Everything lands in $OUT/run (tarred to $OUT/run.tar.gz at the end) and $OUT/log.txt.
 set -uo pipefail
@@ -24,6 +24,7 @@ for step in "$@"; do
       for tool in memcheck racecheck; do
         timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_cases.py 2>&1 | tee "$R/sanitizer-$tool.txt" | tail -6
       done ;;
+    sweep) timeout 400 python3 benchmarks/sweep.py 2>&1 | tee "$R/sweep.txt" ;;
     bench:*)
       IFS=: read -r _ suite ops <<<"$step"
       timeout 420 python3 -m roofkit.cli bench ${ops//,/ } --suite "$suite" --out "$R/bench-$suite${ops:+-${ops//,/-}}" ;;

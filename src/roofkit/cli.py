@@ -25,7 +25,8 @@ def _setup_backend() -> bool:
 def _console():
     from rich.console import Console
 
-    return Console()
+    # Wide enough for the results table when the output is a file or a pipe.
+    return Console() if sys.stdout.isatty() else Console(width=220)
 
 
 def _select_specs(names):

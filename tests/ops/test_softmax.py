@@ -58,7 +58,7 @@ def test_softmax_online_path_matches_reference(op, monkeypatch, device):
     # Force the two-pass online kernel (forward and backward) onto short rows.
     monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 64)
     monkeypatch.setattr(softmax_module, "ONLINE_BLOCK_N", 64)
-    assert softmax_module._launch_config(129)[0] is False
+    assert softmax_module._launch_config(129).one_pass is False
     cases = ["neg_inf_8x129", "nan_8x129", "ties_8x129", "large_magnitude_8x300", "transposed_16x33", "dim0_33x16"]
     report = verify_op(op, cases=cases, seeds=2, device=device)
     assert report.passed, report.summary()

@@ -27,6 +27,11 @@ TORCH = "torch"
 BENCH_SEED = 20261130
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def provider_callables(spec: OpSpec, wanted: Sequence[str] | None) -> tuple[dict[str, Callable], dict[str, str]]:
     """(name -> callable, name -> reason skipped) for roofkit and the spec's baselines."""
     names = [ROOFKIT] + list(spec.baselines)
@@ -103,7 +108,7 @@ def bench_case(
 
     def verify(fn) -> tuple[bool, float, float, str]:
         got = run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=True)
-        torch.cuda.synchronize(device)
+        _sync(device)
         checks = check_outputs(spec, case, dtype, refs, expected, got, device)
         worst = max(checks, key=lambda c: (c.err_l2 if c.err_l2 == c.err_l2 else -1))
         detail = "; ".join(f"{c.output}: {', '.join(c.reasons)}" for c in checks if not c.passed)
@@ -113,10 +118,11 @@ def bench_case(
     verdicts = {}
     for name, fn in fns.items():
         try:
+            run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=False)  # compile / autotune outside the checks
             verdicts[name] = verify(fn)
         except Exception as exc:  # a provider that cannot run this case is recorded, not hidden
             records[name] = Record(provider=name, status=f"error: {type(exc).__name__}: {str(exc)[:200]}", **base)
-            torch.cuda.synchronize(device)
+            _sync(device)
             continue
         timed[name] = _timed_call(fn, inputs, grad_pos, dy)
 
@@ -142,7 +148,8 @@ def bench_case(
     order = [ROOFKIT] + list(spec.baselines)
     del inputs, expected, refs, timed
     gc.collect()
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return [records[n] for n in order if n in records]
 
 

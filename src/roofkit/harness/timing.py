@@ -7,7 +7,8 @@ Rules (DESIGN.md, "Timing rules"):
 - cold L2 (default): before each timed call a scratch buffer of twice the L2 size read from the
   device is overwritten; warm L2 leaves the cache as the previous call left it. Either way a short
   device-side sleep or the flush sits before the start event, so the host's launch work is hidden
-  behind it and not counted as device time;
+  behind it and not counted as device time (the sleep is sized from each provider's measured host
+  enqueue time);
 - CUDA-graph mode replays a graph of one call (device time without launch gaps);
 - ``wall_us``: host wall time per call from Python over back-to-back calls, launch included;
 - providers are interleaved (A B C A B C ..., the order rotated every round) in one process so
@@ -23,7 +24,23 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
-WARM_SLEEP_CYCLES = 50_000  # device-side sleep before a warm-L2 timed call: hides host launch work
+_CYCLES_PER_US: dict = {}
+
+
+def _sleep_cycles_per_us(device: torch.device) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per microsecond on ``device`` (timed once)."""
+    key = str(device)
+    if key not in _CYCLES_PER_US:
+        torch.cuda.synchronize(device)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        n = 2_000_000
+        torch.cuda._sleep(n)  # warm
+        s.record()
+        torch.cuda._sleep(n)
+        e.record()
+        torch.cuda.synchronize(device)
+        _CYCLES_PER_US[key] = n / max(s.elapsed_time(e) * 1e3, 1e-3)
+    return _CYCLES_PER_US[key]
 
 
 @dataclass
@@ -123,11 +140,15 @@ def time_providers(
     device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
     flusher = L2Flusher(device) if l2 == "cold" else None
 
-    def before() -> None:
+    cycles_per_us = _sleep_cycles_per_us(device)
+    sleep_cycles = {}
+
+    def before(name: str) -> None:
         if flusher is not None:
             flusher()
-        else:
-            torch.cuda._sleep(WARM_SLEEP_CYCLES)
+        # The device sleeps while the host enqueues the start event and the call, so host-side
+        # launch work (longer than the flush for some providers) never shows up as device time.
+        torch.cuda._sleep(sleep_cycles[name])
 
     names = list(fns)
     calls = {}
@@ -162,6 +183,17 @@ def time_providers(
         torch.cuda.synchronize(device)
         est_ms[name] = max(start.elapsed_time(end) / n, 1e-3)
 
+    # Host time to enqueue one call (no synchronization): sizes the sleep before each timed call.
+    for name in names:
+        host = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            calls[name]()
+            host.append(time.perf_counter() - t0)
+            torch.cuda.synchronize(device)
+        host_us = sorted(host)[len(host) // 2] * 1e6
+        sleep_cycles[name] = int(cycles_per_us * (2.0 * host_us + 20.0))
+
     reps = {n: int(min(max_reps, max(min_reps, rep_ms / est_ms[n]))) for n in names}
     rounds = max(reps.values())
     events = {n: [] for n in names}
@@ -171,7 +203,7 @@ def time_providers(
             if len(events[name]) >= reps[name]:
                 continue
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            before()
+            before(name)
             s.record()
             calls[name]()
             e.record()

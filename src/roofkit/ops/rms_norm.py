@@ -14,6 +14,7 @@ Source: Zhang & Sennrich, "Root Mean Square Layer Normalization" (2019); Triton 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -58,21 +59,31 @@ LOOP_BLOCK_N = 4096  # chunk of a longer row per loop iteration
 PROGRAMS_PER_SM = 4  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
 
 
-def _fwd_config(n: int) -> tuple[bool, int, int, int]:
-    """(one_pass, BLOCK_M, BLOCK_N, num_warps) for the forward over rows of ``n``."""
+class Config(NamedTuple):
+    """Launch configuration; ``programs_per_sm`` > 0 makes the forward grid persistent."""
+
+    one_pass: bool
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    programs_per_sm: int = 0
+
+
+def _fwd_config(n: int) -> Config:
+    """Deterministic heuristic from the row length (see benchmarks/NOTES.md for the sweep)."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, min(32, 2048 // block_n))
-        num_warps = min(16, max(4, block_m * block_n // 512))
-        return True, block_m, block_n, num_warps
-    return False, 1, LOOP_BLOCK_N, 16
+        return Config(True, block_m, block_n, min(16, max(4, block_m * block_n // 512)))
+    return Config(False, 1, LOOP_BLOCK_N, 16)
 
 
-def _bwd_config(n: int) -> tuple[bool, int, int]:
+def _bwd_config(n: int) -> Config:
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
-        return True, block_n, min(16, max(4, block_n // 256))
-    return False, LOOP_BLOCK_N, 16
+        block_m = max(1, min(16, 2048 // block_n))
+        return Config(True, block_m, block_n, min(16, max(4, block_m * block_n // 256)), PROGRAMS_PER_SM)
+    return Config(False, 1, LOOP_BLOCK_N, 16, PROGRAMS_PER_SM)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -85,51 +96,55 @@ def _rms_norm_fwd_kernel(
     HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """y and 1/rms of BLOCK_M rows. Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N loop twice."""
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < M
-    rows64 = rows.to(tl.int64)
+    """y and 1/rms of BLOCK_M rows per iteration, the program looping over row blocks pid,
+    pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice."""
     cols = tl.arange(0, BLOCK_N)
-    x_rows = x_ptr + rows64[:, None] * stride_xm
-    y_rows = y_ptr + rows64[:, None] * stride_ym
-    if ONE_PASS:
-        mask = row_mask[:, None] & (cols[None, :] < N)
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
-        y = x * rstd[:, None]
-        if HAS_WEIGHT:
-            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-            y = y * w[None, :]
-        tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for start in range(0, N, BLOCK_N):
-            offs = start + cols
-            mask = row_mask[:, None] & (offs[None, :] < N)
-            x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            acc += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
-        for start in range(0, N, BLOCK_N):
-            offs = start + cols
-            mask = row_mask[:, None] & (offs[None, :] < N)
-            x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    if ONE_PASS and HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        rows64 = rows.to(tl.int64)
+        x_rows = x_ptr + rows64[:, None] * stride_xm
+        y_rows = y_ptr + rows64[:, None] * stride_ym
+        if ONE_PASS:
+            mask = row_mask[:, None] & (cols[None, :] < N)
+            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
             y = x * rstd[:, None]
             if HAS_WEIGHT:
-                w = tl.load(w_ptr + offs, mask=offs < N, other=0.0).to(tl.float32)
                 y = y * w[None, :]
-            tl.store(y_rows + offs[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
-    tl.store(rstd_ptr + rows64, rstd, mask=row_mask)
+            tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+        else:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for start in range(0, N, BLOCK_N):
+                offs = start + cols
+                mask = row_mask[:, None] & (offs[None, :] < N)
+                x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                acc += x * x
+            rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
+            for start in range(0, N, BLOCK_N):
+                offs = start + cols
+                mask = row_mask[:, None] & (offs[None, :] < N)
+                x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                y = x * rstd[:, None]
+                if HAS_WEIGHT:
+                    wc = tl.load(w_ptr + offs, mask=offs < N, other=0.0).to(tl.float32)
+                    y = y * wc[None, :]
+                tl.store(y_rows + offs[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+        tl.store(rstd_ptr + rows64, rstd, mask=row_mask)
 
 
 @triton.jit
 def _rms_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, M, N, rows_per_program,
     stride_dym, stride_xm, stride_dxm,
-    HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """dx for rows [pid * rows_per_program, ...) and this program's fp32 row of partial dweight.
-    dx = rstd * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*rstd; dweight_partial += dy * xhat."""
+    """dx for rows [pid * rows_per_program, ...), BLOCK_M rows per step, and this program's fp32
+    row of partial dweight. dx = rstd * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*rstd;
+    dweight_partial = sum over its rows of dy * xhat. Tile [BLOCK_M, BLOCK_N]."""
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, M)
@@ -139,27 +154,30 @@ def _rms_norm_bwd_kernel(
         col_mask = cols < N
         if HAS_WEIGHT:
             w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-        dw_acc = tl.zeros([BLOCK_N], tl.float32)
-        for row in range(row_start, row_end):
-            r = tl.cast(row, tl.int64)
-            x = tl.load(x_ptr + r * stride_xm + cols, mask=col_mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_ptr + r * stride_dym + cols, mask=col_mask, other=0.0).to(tl.float32)
-            rstd = tl.load(rstd_ptr + r)
-            xhat = x * rstd
+        dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for r0 in range(row_start, row_end, BLOCK_M):
+            rows = r0 + tl.arange(0, BLOCK_M)
+            row_mask = rows < row_end
+            rows = rows.to(tl.int64)
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+            xhat = x * rstd[:, None]
             if HAS_WEIGHT:
-                wdy = dy * w
+                wdy = dy * w[None, :]
             else:
                 wdy = dy
-            c = tl.sum(wdy * xhat, axis=0) / N
-            dx = (wdy - xhat * c) * rstd
-            tl.store(dx_ptr + r * stride_dxm + cols, _round_for_store(dx, dx_ptr, BF16_RNE), mask=col_mask)
+            c = tl.sum(wdy * xhat, axis=1) / N
+            dx = (wdy - xhat * c[:, None]) * rstd[:, None]
+            tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
             if HAS_WEIGHT:
                 dw_acc += dy * xhat
         if HAS_WEIGHT:
-            tl.store(part + cols, dw_acc, mask=col_mask)
+            tl.store(part + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
     else:
-        # Long rows: the partial row lives in memory (this program alone owns it; zero-filled
-        # by the host) and is updated chunk by chunk in a fixed order.
+        # Long rows, one at a time: the partial row lives in memory (this program alone owns it;
+        # zero-filled by the host) and is updated chunk by chunk in a fixed order.
         for row in range(row_start, row_end):
             r = tl.cast(row, tl.int64)
             rstd = tl.load(rstd_ptr + r)
@@ -180,8 +198,8 @@ def _rms_norm_bwd_kernel(
                 dy = tl.load(dy_ptr + r * stride_dym + offs, mask=mask, other=0.0).to(tl.float32)
                 xhat = x * rstd
                 if HAS_WEIGHT:
-                    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                    wdy = dy * w
+                    wc = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                    wdy = dy * wc
                     p = tl.load(part + offs, mask=mask, other=0.0)
                     tl.store(part + offs, p + dy * xhat, mask=mask)
                 else:
@@ -208,28 +226,35 @@ def _column_sum_kernel(p_ptr, out_ptr, G, N, BF16_RNE: tl.constexpr, BLOCK_G: tl
 # ----------------------------------------------------------------------------- host launchers
 
 
-def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float):
+def _rows_unit_stride(t: torch.Tensor) -> torch.Tensor:
+    """(rows, N) with unit stride along N (a view when possible, else a copy)."""
+    r = rows_of(t, -1)
+    return r if r.stride(1) == 1 else r.contiguous()
+
+
+def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, config: Config | None = None):
     n = x.shape[-1]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     m = x.numel() // n if n else 0
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
         return y, rstd
-    xr = rows_of(x, -1)
-    if xr.stride(1) != 1:
-        xr = xr.contiguous()
+    xr = _rows_unit_stride(x)
     yr = y.view(-1, n)
-    one_pass, block_m, block_n, num_warps = _fwd_config(n)
+    cfg = config or _fwd_config(n)
+    grid = triton.cdiv(m, cfg.BLOCK_M)
+    if cfg.programs_per_sm:
+        grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
     w = weight if weight is not None else xr  # never read when HAS_WEIGHT is False
-    _rms_norm_fwd_kernel[(triton.cdiv(m, block_m),)](
+    _rms_norm_fwd_kernel[(grid,)](
         xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0),
-        HAS_WEIGHT=weight is not None, ONE_PASS=one_pass, BF16_RNE=bf16_rne(x.dtype),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        HAS_WEIGHT=weight is not None, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
     return y, rstd
 
 
-def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor):
+def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None):
     n = x.shape[-1]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     has_w = weight is not None
@@ -239,24 +264,21 @@ def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor |
         if has_w:
             dw.zero_()
         return dx, dw
-    xr = rows_of(x, -1)
-    if xr.stride(1) != 1:
-        xr = xr.contiguous()
-    dyr = rows_of(dy, -1)
-    if dyr.stride(1) != 1:
-        dyr = dyr.contiguous()
+    xr = _rows_unit_stride(x)
+    dyr = _rows_unit_stride(dy)
     dxr = dx.view(-1, n)
-    one_pass, block_n, num_warps = _bwd_config(n)
-    g = max(1, min(m, PROGRAMS_PER_SM * sm_count(x.device)))
+    cfg = config or _bwd_config(n)
+    g = max(1, min(triton.cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
     rows_per_program = triton.cdiv(m, g)
     g = triton.cdiv(m, rows_per_program)
-    alloc = torch.zeros if (has_w and not one_pass) else torch.empty
+    alloc = torch.zeros if (has_w and not cfg.one_pass) else torch.empty
     partial = alloc((g, n) if has_w else (1, 1), dtype=torch.float32, device=x.device)
     w = weight if has_w else xr
     _rms_norm_bwd_kernel[(g,)](
         dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program,
         dyr.stride(0), xr.stride(0), dxr.stride(0),
-        HAS_WEIGHT=has_w, ONE_PASS=one_pass, BF16_RNE=bf16_rne(x.dtype), BLOCK_N=block_n, num_warps=num_warps,
+        HAS_WEIGHT=has_w, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
     if has_w:
         block_cols = 256

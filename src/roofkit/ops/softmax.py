@@ -15,6 +15,7 @@ tutorial 02 (fused softmax).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +25,7 @@ import triton.language as tl
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, needs_int64, next_pow2, row_view, rows_of
+from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, needs_int64, next_pow2, row_view, rows_of, sm_count
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -57,15 +58,32 @@ ONE_PASS_MAX_N = 32768
 ONLINE_BLOCK_N = 8192
 
 
-def _launch_config(n: int) -> tuple[bool, int, int, int]:
-    """(one_pass, BLOCK_M, BLOCK_N, num_warps) for rows of ``n`` elements."""
+class Config(NamedTuple):
+    """Launch configuration. ``programs_per_sm`` > 0 makes the grid persistent (that many programs
+    per SM, each looping over row blocks); 0 launches one program per row block."""
+
+    one_pass: bool
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    programs_per_sm: int = 0
+
+
+def _launch_config(n: int) -> Config:
+    """Deterministic heuristic from the row length (see benchmarks/NOTES.md for the sweep)."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, min(64, 4096 // block_n))
         tile = block_m * block_n
-        num_warps = min(32, max(4, tile // 512))
-        return True, block_m, block_n, num_warps
-    return False, 1, min(ONLINE_BLOCK_N, block_n), 16
+        return Config(True, block_m, block_n, min(32, max(4, tile // 512)))
+    return Config(False, 1, min(ONLINE_BLOCK_N, block_n), 16)
+
+
+def _grid(m: int, cfg: Config, device: torch.device) -> tuple[int]:
+    blocks = triton.cdiv(m, cfg.BLOCK_M)
+    if cfg.programs_per_sm:
+        blocks = min(blocks, cfg.programs_per_sm * sm_count(device))
+    return (blocks,)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -78,61 +96,65 @@ def _softmax_fwd_kernel(
     LOG: tl.constexpr, ONE_PASS: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """softmax (or log_softmax) of BLOCK_M rows of length N.
-    Tile [BLOCK_M, BLOCK_N]; one pass when the row fits (ONE_PASS), else online + normalize."""
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < M
-    rows = rows.to(tl.int64)
+    """softmax (or log_softmax) of BLOCK_M rows of length N per iteration, the program looping
+    over row blocks pid, pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; one pass when the row
+    fits (ONE_PASS), else an online pass and a normalizing pass."""
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
         cols = cols.to(tl.int64)
-    x_rows = x_ptr + rows[:, None] * stride_xm
-    y_rows = y_ptr + rows[:, None] * stride_ym
-    if ONE_PASS:
-        mask = row_mask[:, None] & (cols[None, :] < N)
-        x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
-        m = tl.max(x, axis=1)
-        z = x - m[:, None]
-        e = tl.exp(z)
-        s = tl.sum(e, axis=1)
-        if LOG:
-            y = z - tl.log(s)[:, None]
-        else:
-            y = e / s[:, None]
-        tl.store(y_rows + cols[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
-    else:
-        # Online pass: each lane keeps its own running maximum and rescaled sum, so the loop
-        # needs no cross-lane reduction; lanes are merged once at the end.
-        m_i = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
-        s_i = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for start in range(0, N, BLOCK_N):
-            offs = start + cols
-            mask = row_mask[:, None] & (offs[None, :] < N)
-            x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
-                        eviction_policy="evict_last").to(tl.float32)
-            m_new = tl.maximum(m_i, x)
-            # Guard m_new == -inf (nothing finite seen yet): exp(-inf - -inf) would be NaN. The
-            # guard is an equality so that NaN (in x or m_new) still flows into the sum.
-            dead = m_new == -float("inf")
-            alpha = tl.where(dead, 0.0, tl.exp(m_i - m_new))
-            s_i = s_i * alpha + tl.where(dead, 0.0, tl.exp(x - m_new))
-            m_i = m_new
-        m = tl.max(m_i, axis=1)
-        s = tl.sum(tl.where(m_i == -float("inf"), 0.0, s_i * tl.exp(m_i - m[:, None])), axis=1)
-        # An all -inf row has s == 0 and m == -inf: z below is NaN, as in torch.
-        log_s = tl.log(s)
-        for start in range(0, N, BLOCK_N):
-            offs = start + cols
-            mask = row_mask[:, None] & (offs[None, :] < N)
-            x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
-                        eviction_policy="evict_first").to(tl.float32)
+    for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        rows = rows.to(tl.int64)
+        x_rows = x_ptr + rows[:, None] * stride_xm
+        y_rows = y_ptr + rows[:, None] * stride_ym
+        if ONE_PASS:
+            mask = row_mask[:, None] & (cols[None, :] < N)
+            x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+            m = tl.max(x, axis=1)
             z = x - m[:, None]
+            e = tl.exp(z)
+            s = tl.sum(e, axis=1)
             if LOG:
-                y = z - log_s[:, None]
+                y = z - tl.log(s)[:, None]
             else:
-                y = tl.exp(z) / s[:, None]
-            tl.store(y_rows + offs[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+                y = e / s[:, None]
+            tl.store(y_rows + cols[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+        else:
+            # Online pass: each lane keeps its own running maximum and rescaled sum, so the loop
+            # needs no cross-lane reduction; lanes are merged once at the end.
+            m_i = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
+            s_i = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for start in range(0, N, BLOCK_N):
+                offs = start + cols
+                mask = row_mask[:, None] & (offs[None, :] < N)
+                x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
+                            eviction_policy="evict_last").to(tl.float32)
+                m_new = tl.maximum(m_i, x)
+                # Guard m_new == -inf (nothing finite seen yet): exp(-inf - -inf) would be NaN.
+                # The guard is an equality so that NaN (in x or m_new) still flows into the sum.
+                dead = m_new == -float("inf")
+                alpha = tl.where(dead, 0.0, tl.exp(m_i - m_new))
+                s_i = s_i * alpha + tl.where(dead, 0.0, tl.exp(x - m_new))
+                m_i = m_new
+            m = tl.max(m_i, axis=1)
+            s = tl.sum(tl.where(m_i == -float("inf"), 0.0, s_i * tl.exp(m_i - m[:, None])), axis=1)
+            # An all -inf row has s == 0 and m == -inf: z below is NaN, as in torch.
+            log_s = tl.log(s)
+            # The normalizing pass walks the row backwards: its last chunks are the likeliest
+            # to still be in L2.
+            n_chunks = tl.cdiv(N, BLOCK_N)
+            for k in range(0, n_chunks):
+                offs = (n_chunks - 1 - k) * BLOCK_N + cols
+                mask = row_mask[:, None] & (offs[None, :] < N)
+                x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
+                            eviction_policy="evict_first").to(tl.float32)
+                z = x - m[:, None]
+                if LOG:
+                    y = z - log_s[:, None]
+                else:
+                    y = tl.exp(z) / s[:, None]
+                tl.store(y_rows + offs[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
 
 
 @triton.jit
@@ -142,53 +164,55 @@ def _softmax_bwd_kernel(
     LOG: tl.constexpr, ONE_PASS: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Gradient of BLOCK_M rows: softmax dx = y * (dy - sum(dy * y)); log_softmax
-    dx = dy - exp(y) * sum(dy). Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N loop twice."""
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < M
-    rows = rows.to(tl.int64)
+    """Gradient of BLOCK_M rows per iteration (row blocks strided by the program count):
+    softmax dx = y * (dy - sum(dy * y)); log_softmax dx = dy - exp(y) * sum(dy).
+    Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice."""
     cols = tl.arange(0, BLOCK_N)
     if USE_INT64:
         cols = cols.to(tl.int64)
-    dy_rows = dy_ptr + rows[:, None] * stride_dym
-    y_rows = y_ptr + rows[:, None] * stride_ym
-    dx_rows = dx_ptr + rows[:, None] * stride_dxm
-    if ONE_PASS:
-        mask = row_mask[:, None] & (cols[None, :] < N)
-        dy = tl.load(dy_rows + cols[None, :] * stride_dyn, mask=mask, other=0.0).to(tl.float32)
-        y = tl.load(y_rows + cols[None, :] * stride_yn, mask=mask, other=0.0).to(tl.float32)
-        if LOG:
-            dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
+    for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        rows = rows.to(tl.int64)
+        dy_rows = dy_ptr + rows[:, None] * stride_dym
+        y_rows = y_ptr + rows[:, None] * stride_ym
+        dx_rows = dx_ptr + rows[:, None] * stride_dxm
+        if ONE_PASS:
+            mask = row_mask[:, None] & (cols[None, :] < N)
+            dy = tl.load(dy_rows + cols[None, :] * stride_dyn, mask=mask, other=0.0).to(tl.float32)
+            y = tl.load(y_rows + cols[None, :] * stride_yn, mask=mask, other=0.0).to(tl.float32)
+            if LOG:
+                dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
+            else:
+                dx = y * (dy - tl.sum(dy * y, axis=1)[:, None])
+            tl.store(dx_rows + cols[None, :] * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
         else:
-            dx = y * (dy - tl.sum(dy * y, axis=1)[:, None])
-        tl.store(dx_rows + cols[None, :] * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for start in range(0, N, BLOCK_N):
-            offs = start + cols
-            mask = row_mask[:, None] & (offs[None, :] < N)
-            dy = tl.load(dy_rows + offs[None, :] * stride_dyn, mask=mask, other=0.0,
-                         eviction_policy="evict_last").to(tl.float32)
-            if LOG:
-                acc += dy
-            else:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for start in range(0, N, BLOCK_N):
+                offs = start + cols
+                mask = row_mask[:, None] & (offs[None, :] < N)
+                dy = tl.load(dy_rows + offs[None, :] * stride_dyn, mask=mask, other=0.0,
+                             eviction_policy="evict_last").to(tl.float32)
+                if LOG:
+                    acc += dy
+                else:
+                    y = tl.load(y_rows + offs[None, :] * stride_yn, mask=mask, other=0.0,
+                                eviction_policy="evict_last").to(tl.float32)
+                    acc += dy * y
+            total = tl.sum(acc, axis=1)
+            n_chunks = tl.cdiv(N, BLOCK_N)
+            for k in range(0, n_chunks):
+                offs = (n_chunks - 1 - k) * BLOCK_N + cols
+                mask = row_mask[:, None] & (offs[None, :] < N)
+                dy = tl.load(dy_rows + offs[None, :] * stride_dyn, mask=mask, other=0.0,
+                             eviction_policy="evict_first").to(tl.float32)
                 y = tl.load(y_rows + offs[None, :] * stride_yn, mask=mask, other=0.0,
-                            eviction_policy="evict_last").to(tl.float32)
-                acc += dy * y
-        total = tl.sum(acc, axis=1)
-        for start in range(0, N, BLOCK_N):
-            offs = start + cols
-            mask = row_mask[:, None] & (offs[None, :] < N)
-            dy = tl.load(dy_rows + offs[None, :] * stride_dyn, mask=mask, other=0.0,
-                         eviction_policy="evict_first").to(tl.float32)
-            y = tl.load(y_rows + offs[None, :] * stride_yn, mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            if LOG:
-                dx = dy - tl.exp(y) * total[:, None]
-            else:
-                dx = y * (dy - total[:, None])
-            tl.store(dx_rows + offs[None, :] * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
+                            eviction_policy="evict_first").to(tl.float32)
+                if LOG:
+                    dx = dy - tl.exp(y) * total[:, None]
+                else:
+                    dx = y * (dy - total[:, None])
+                tl.store(dx_rows + offs[None, :] * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
 
 
 # ----------------------------------------------------------------------------- host launchers
@@ -210,39 +234,36 @@ def _finish(out: torch.Tensor, rows: torch.Tensor, dim: int, copied: bool) -> to
     return out
 
 
-def _softmax_forward(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None = None) -> torch.Tensor:
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     xr = rows_of(x, dim)
     out, yr, copied = _output_rows(x, dim, x.dtype)
     m, n = xr.shape
-    one_pass, block_m, block_n, num_warps = _launch_config(n)
+    cfg = config or _launch_config(n)
     use_int64 = needs_int64(n * xr.stride(1), n * yr.stride(1))
-    _softmax_fwd_kernel[(triton.cdiv(m, block_m),)](
+    _softmax_fwd_kernel[_grid(m, cfg, x.device)](
         xr, yr, m, n, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
-        LOG=log, ONE_PASS=one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        LOG=log, ONE_PASS=cfg.one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
     return _finish(out, yr, dim, copied)
 
 
-def _softmax_backward(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+def _softmax_backward(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool, config: Config | None = None) -> torch.Tensor:
     if y.numel() == 0:
         return torch.empty(y.shape, dtype=y.dtype, device=y.device)
     dyr = rows_of(grad, dim)
     yr = rows_of(y, dim)
     out, dxr, copied = _output_rows(y, dim, y.dtype)
     m, n = yr.shape
-    one_pass, block_m, block_n, num_warps = _launch_config(n)
-    if one_pass and block_m * block_n > 4096:
-        # two tiles live at once in the backward: keep registers in check
-        num_warps = min(32, num_warps * 2)
+    cfg = config or _launch_config(n)
     use_int64 = needs_int64(n * dyr.stride(1), n * yr.stride(1), n * dxr.stride(1))
-    _softmax_bwd_kernel[(triton.cdiv(m, block_m),)](
+    _softmax_bwd_kernel[_grid(m, cfg, y.device)](
         dyr, yr, dxr, m, n,
         dyr.stride(0), dyr.stride(1), yr.stride(0), yr.stride(1), dxr.stride(0), dxr.stride(1),
-        LOG=log, ONE_PASS=one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(y.dtype),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        LOG=log, ONE_PASS=cfg.one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(y.dtype),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
     return _finish(out, dxr, dim, copied)
 
