@@ -96,17 +96,19 @@ def rms_bwd(m, n, configs):
 
 def main():
     print(torch.cuda.get_device_name(), torch.__version__)
-    softmax_fwd(32768, 4096, [SC(True, 1, 4096, 16), SC(True, 2, 4096, 16), SC(True, 1, 4096, 8, 4), SC(True, 1, 4096, 4), SC(True, 2, 4096, 8, 8)])
-    softmax_fwd(65536, 1024, [SC(True, 4, 1024, 4), SC(True, 8, 1024, 8), SC(True, 2, 1024, 4), SC(True, 1, 1024, 4), SC(True, 4, 1024, 8, 8), SC(True, 8, 1024, 16, 4), SC(True, 16, 1024, 16)])
-    softmax_fwd(8192, 128256, [SC(False, 1, 8192, 32), SC(False, 1, 16384, 32), SC(False, 1, 4096, 16), SC(False, 1, 8192, 32, 1), SC(False, 1, 16384, 32, 1), SC(False, 1, 8192, 16, 2), SC(False, 1, 4096, 8, 4), SC(True, 1, 131072, 32)])
-    softmax_fwd(1823, 781, [SC(True, 4, 1024, 4), SC(True, 2, 1024, 4), SC(True, 1, 1024, 4)])
-    softmax_bwd(32768, 4096, [SC(True, 1, 4096, 8), SC(True, 2, 4096, 16), SC(True, 1, 4096, 16)])
-    rms_fwd(32768, 4096, [RC(True, 1, 4096, 4), RC(True, 1, 4096, 16), RC(True, 2, 4096, 16), RC(True, 1, 4096, 8, 4), RC(True, 2, 4096, 8), RC(True, 4, 4096, 16)])
-    rms_fwd(16384, 8192, [RC(True, 1, 8192, 8), RC(True, 1, 8192, 32), RC(True, 2, 8192, 16), RC(True, 1, 8192, 16, 2)])
-    rms_fwd(8192, 4096, [RC(True, 1, 4096, 4), RC(True, 2, 4096, 8), RC(True, 1, 4096, 8, 4)])
-    rms_fwd(65536, 1024, [RC(True, 2, 1024, 4), RC(True, 4, 1024, 8), RC(True, 8, 1024, 8), RC(True, 4, 1024, 4, 8)])
-    rms_bwd(32768, 4096, [RC(True, 2, 4096, 16, 4), RC(True, 4, 4096, 16, 2), RC(True, 1, 4096, 8, 8), RC(True, 2, 4096, 8, 4), RC(True, 4, 4096, 32, 1), RC(True, 1, 4096, 16, 2), RC(True, 8, 4096, 32, 1)])
-    rms_bwd(16384, 8192, [RC(True, 1, 8192, 32, 1), RC(True, 2, 8192, 32, 1), RC(True, 1, 8192, 16, 4)])
+    quick = "--quick" in sys.argv
+    softmax_fwd(8192, 128256, [SC(False, 1, 8192, 16), SC(False, 1, 16384, 32), SC(False, 1, 8192, 32, 0.5), SC(False, 1, 16384, 32, 0.5),
+                               SC(False, 1, 8192, 16, 1), SC(False, 1, 4096, 8, 2), SC(False, 1, 16384, 32, 1), SC(False, 1, 8192, 32, 0.75),
+                               SC(False, 2, 4096, 16), SC(False, 1, 2048, 8)])
+    softmax_fwd(65536, 8192, [SC(True, 1, 8192, 8), SC(True, 1, 8192, 32)])
+    softmax_fwd(65536, 1024, [SC(True, 4, 1024, 8)])
+    softmax_fwd(32768, 4096, [SC(True, 1, 4096, 4)])
+    if quick:
+        return
+    rms_fwd(32768, 4096, [RC(True, 1, 4096, 8)])
+    rms_fwd(16384, 8192, [RC(True, 1, 8192, 16)])
+    rms_bwd(32768, 4096, [RC(True, 1, 4096, 16, 2, 2), RC(True, 1, 4096, 16, 2, 3), RC(True, 2, 4096, 16, 2, 2), RC(True, 1, 4096, 8, 4, 2), RC(True, 1, 4096, 16, 3), RC(True, 1, 4096, 32, 1)])
+    rms_bwd(16384, 8192, [RC(True, 1, 8192, 32, 1, 2), RC(True, 1, 8192, 16, 2, 2), RC(True, 1, 8192, 16, 2)])
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def rms_norm_cost(case, dtype: torch.dtype) -> Cost:
 
 ONE_PASS_MAX_N = 16384  # longest row held on chip (elements)
 LOOP_BLOCK_N = 4096  # chunk of a longer row per loop iteration
-PROGRAMS_PER_SM = 4  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
+PROGRAMS_PER_SM = 2  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
 
 
 class Config(NamedTuple):
@@ -67,22 +67,25 @@ class Config(NamedTuple):
     BLOCK_N: int
     num_warps: int
     programs_per_sm: int = 0
+    loop_stages: int = 1  # software-pipelining depth of the backward's row loop
 
 
 def _fwd_config(n: int) -> Config:
-    """Deterministic heuristic from the row length (see benchmarks/NOTES.md for the sweep)."""
+    """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweep behind it):
+    tiles of about 2048 elements, 1024 elements per warp."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
-        block_m = max(1, min(32, 2048 // block_n))
-        return Config(True, block_m, block_n, min(16, max(4, block_m * block_n // 512)))
+        block_m = max(1, 2048 // block_n)
+        return Config(True, block_m, block_n, max(4, min(16, block_m * block_n // 1024)))
     return Config(False, 1, LOOP_BLOCK_N, 16)
 
 
 def _bwd_config(n: int) -> Config:
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
-        block_m = max(1, min(16, 2048 // block_n))
-        return Config(True, block_m, block_n, min(16, max(4, block_m * block_n // 256)), PROGRAMS_PER_SM)
+        block_m = max(1, 2048 // block_n)
+        warps = max(4, min(32, block_m * block_n // 256))
+        return Config(True, block_m, block_n, warps, PROGRAMS_PER_SM if warps <= 16 else 1)
     return Config(False, 1, LOOP_BLOCK_N, 16, PROGRAMS_PER_SM)
 
 
@@ -140,7 +143,7 @@ def _rms_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, M, N, rows_per_program,
     stride_dym, stride_xm, stride_dxm,
     HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     """dx for rows [pid * rows_per_program, ...), BLOCK_M rows per step, and this program's fp32
     row of partial dweight. dx = rstd * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*rstd;
@@ -155,7 +158,7 @@ def _rms_norm_bwd_kernel(
         if HAS_WEIGHT:
             w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
         dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for r0 in range(row_start, row_end, BLOCK_M):
+        for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
             rows = r0 + tl.arange(0, BLOCK_M)
             row_mask = rows < row_end
             rows = rows.to(tl.int64)
@@ -278,7 +281,7 @@ def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None):
         dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program,
         dyr.stride(0), xr.stride(0), dxr.stride(0),
         HAS_WEIGHT=has_w, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, num_warps=cfg.num_warps,
     )
     if has_w:
         block_cols = 256

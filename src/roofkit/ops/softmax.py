@@ -60,29 +60,30 @@ ONLINE_BLOCK_N = 8192
 
 class Config(NamedTuple):
     """Launch configuration. ``programs_per_sm`` > 0 makes the grid persistent (that many programs
-    per SM, each looping over row blocks); 0 launches one program per row block."""
+    per SM, possibly fractional, each looping over row blocks); 0: one program per row block."""
 
     one_pass: bool
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int
-    programs_per_sm: int = 0
+    programs_per_sm: float = 0
 
 
 def _launch_config(n: int) -> Config:
-    """Deterministic heuristic from the row length (see benchmarks/NOTES.md for the sweep)."""
+    """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweep behind it):
+    rows on chip take tiles of about 2048 elements with 512 elements per warp; longer rows take
+    the online path in chunks of ``ONLINE_BLOCK_N``."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
-        block_m = max(1, min(64, 4096 // block_n))
-        tile = block_m * block_n
-        return Config(True, block_m, block_n, min(32, max(4, tile // 512)))
+        block_m = max(1, 2048 // block_n)
+        return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
     return Config(False, 1, min(ONLINE_BLOCK_N, block_n), 16)
 
 
 def _grid(m: int, cfg: Config, device: torch.device) -> tuple[int]:
     blocks = triton.cdiv(m, cfg.BLOCK_M)
     if cfg.programs_per_sm:
-        blocks = min(blocks, cfg.programs_per_sm * sm_count(device))
+        blocks = min(blocks, max(1, int(cfg.programs_per_sm * sm_count(device))))
     return (blocks,)
 
 
@@ -121,24 +122,23 @@ def _softmax_fwd_kernel(
                 y = e / s[:, None]
             tl.store(y_rows + cols[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
         else:
-            # Online pass: each lane keeps its own running maximum and rescaled sum, so the loop
-            # needs no cross-lane reduction; lanes are merged once at the end.
-            m_i = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
-            s_i = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            # Online pass: a running maximum per row, updated once per chunk, and the sum
+            # rescaled by exp(m_old - m_new): one exp per element.
+            m = tl.full([BLOCK_M], -float("inf"), tl.float32)
+            s = tl.zeros([BLOCK_M], tl.float32)
             for start in range(0, N, BLOCK_N):
                 offs = start + cols
                 mask = row_mask[:, None] & (offs[None, :] < N)
                 x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
                             eviction_policy="evict_last").to(tl.float32)
-                m_new = tl.maximum(m_i, x)
+                m_new = tl.maximum(m, tl.max(x, axis=1))
                 # Guard m_new == -inf (nothing finite seen yet): exp(-inf - -inf) would be NaN.
-                # The guard is an equality so that NaN (in x or m_new) still flows into the sum.
+                # The guard is an equality so that NaN still flows into the sum.
                 dead = m_new == -float("inf")
-                alpha = tl.where(dead, 0.0, tl.exp(m_i - m_new))
-                s_i = s_i * alpha + tl.where(dead, 0.0, tl.exp(x - m_new))
-                m_i = m_new
-            m = tl.max(m_i, axis=1)
-            s = tl.sum(tl.where(m_i == -float("inf"), 0.0, s_i * tl.exp(m_i - m[:, None])), axis=1)
+                alpha = tl.where(dead, 0.0, tl.exp(m - m_new))
+                e = tl.where(dead[:, None], 0.0, tl.exp(x - m_new[:, None]))
+                s = s * alpha + tl.sum(e, axis=1)
+                m = m_new
             # An all -inf row has s == 0 and m == -inf: z below is NaN, as in torch.
             log_s = tl.log(s)
             # The normalizing pass walks the row backwards: its last chunks are the likeliest
@@ -154,7 +154,8 @@ def _softmax_fwd_kernel(
                     y = z - log_s[:, None]
                 else:
                     y = tl.exp(z) / s[:, None]
-                tl.store(y_rows + offs[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+                tl.store(y_rows + offs[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask,
+                         eviction_policy="evict_first")
 
 
 @triton.jit
