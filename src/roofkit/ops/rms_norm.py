@@ -84,8 +84,13 @@ def _bwd_config(n: int) -> Config:
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
-        warps = max(4, min(32, block_m * block_n // 256))
-        return Config(True, block_m, block_n, warps, PROGRAMS_PER_SM if warps <= 16 else 1)
+        tile = block_m * block_n
+        warps = max(4, min(32, tile // 256))
+        # Tiles up to 4096 elements: 2 programs per SM and a 3-deep pipelined row loop; larger
+        # tiles: 32 warps, one program per SM, no pipelining (the sweep in NOTES.md).
+        if warps <= 16:
+            return Config(True, block_m, block_n, warps, PROGRAMS_PER_SM, 3)
+        return Config(True, block_m, block_n, warps, 1, 1)
     return Config(False, 1, LOOP_BLOCK_N, 16, PROGRAMS_PER_SM)
 
 

@@ -55,7 +55,7 @@ def softmax_cost(case, dtype: torch.dtype) -> Cost:
 # Longest row held on chip in one pass (elements); longer rows take the online two-pass path.
 ONE_PASS_MAX_N = 32768
 # Chunk of a long row processed per loop iteration.
-ONLINE_BLOCK_N = 8192
+ONLINE_BLOCK_N = 16384
 
 
 class Config(NamedTuple):
@@ -77,7 +77,7 @@ def _launch_config(n: int) -> Config:
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
         return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
-    return Config(False, 1, min(ONLINE_BLOCK_N, block_n), 16)
+    return Config(False, 1, min(ONLINE_BLOCK_N, block_n), 32)
 
 
 def _grid(m: int, cfg: Config, device: torch.device) -> tuple[int]:
