@@ -187,3 +187,13 @@ def test_verify_rejects_wrong_rms_norm(impl, reason, device):
 def test_verify_accepts_torch_rms_norm_as_control(device):
     report = verify_op("rms_norm", F.rms_norm, cases=RMS_CASES, seeds=2, device=device)
     assert report.passed, report.summary()
+
+
+@pytest.mark.parametrize("impl,passes", [(F.softmax, True), (softmax_off_by_one_mask, False), (softmax_writes_nothing, False)])
+def test_verify_chunked_comparison_agrees(impl, passes, monkeypatch, device):
+    # Outputs larger than one chunk are compared piecewise; force tiny chunks.
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("roofkit.harness.verify"), "COMPARE_CHUNK", 37)
+    report = verify_op("softmax", impl, cases=["prime_37x781", "neg_inf_8x129"], seeds=1, device=device)
+    assert report.passed is passes, report.summary()

@@ -30,6 +30,7 @@ from .inputs import make_generator
 from .spec import Case, Inputs, OpSpec
 
 POISON_INT = 0x5A5A5A5A
+COMPARE_CHUNK = 1 << 25  # elements per float64 comparison chunk
 
 
 @dataclass
@@ -194,74 +195,96 @@ def compare(
         return c
     if ref.numel() == 0:
         return c
-    g = got.detach().to(torch.float64)
-    r = ref.detach().to(torch.float64)
-    e = expected.detach().to(torch.float64)
+    # Large outputs are compared in chunks so the float64 temporaries stay bounded (2**31+
+    # element cases must fit beside their own float64 reference).
+    G = got.detach().reshape(-1)
+    R = ref.detach().reshape(-1)
+    E = expected.detach().reshape(-1)
+    spans = [(i, min(i + COMPARE_CHUNK, R.numel())) for i in range(0, R.numel(), COMPARE_CHUNK)]
 
-    # Special values are judged against the reference rounded to the output dtype: a finite
-    # float64 value beyond the dtype's range must come out as an infinity of the same sign.
-    rs = r.to(got.dtype).to(torch.float64)
-    nan_bad = torch.isnan(g) != torch.isnan(rs)
-    inf_bad = (torch.isinf(g) | torch.isinf(rs)) & ~(torch.isinf(g) & torch.isinf(rs) & (g == rs))
-    inf_bad &= ~torch.isnan(rs)
-    special_bad = nan_bad | inf_bad
-    n_special = int(special_bad.sum())
+    def chunk(a, b):
+        g = G[a:b].to(torch.float64)
+        r = R[a:b].to(torch.float64)
+        e = E[a:b].to(torch.float64)
+        # Special values are judged against the reference rounded to the output dtype: a finite
+        # float64 value beyond the dtype's range must come out as an infinity of the same sign.
+        rs = r.to(got.dtype).to(torch.float64)
+        finite = torch.isfinite(rs)
+        gf = torch.where(torch.isfinite(g), g, torch.full_like(g, math.inf))
+        diff = torch.where(finite, gf - r, torch.zeros_like(r))
+        te = torch.where(finite & torch.isfinite(e), e - r, torch.zeros_like(r))
+        return g, r, rs, finite, diff, te
+
+    n_special, first_special = 0, None
+    max_r = max_d = max_te = 0.0
+    for a, b in spans:
+        g, r, rs, finite, diff, te = chunk(a, b)
+        nan_bad = torch.isnan(g) != torch.isnan(rs)
+        inf_bad = (torch.isinf(g) | torch.isinf(rs)) & ~(torch.isinf(g) & torch.isinf(rs) & (g == rs))
+        special_bad = nan_bad | (inf_bad & ~torch.isnan(rs))
+        k = int(special_bad.sum())
+        if k and first_special is None:
+            j = a + int(special_bad.nonzero()[0])
+            first_special = (j, float(G[j]), float(R[j]))
+        n_special += k
+        rf = torch.where(finite, r, torch.zeros_like(r))
+        max_r = max(max_r, float(rf.abs().max()))
+        max_d = max(max_d, float(diff.abs().max()))
+        max_te = max(max_te, float(te.abs().max()))
     if n_special:
-        idx = _unravel(int(special_bad.flatten().nonzero()[0]), r.shape)
+        j, gv, rv = first_special
         c.reasons.append(
-            f"{n_special} NaN/inf position(s) differ from the reference, first at {idx} "
-            f"(got {g[idx].item()}, ref {r[idx].item()})"
+            f"{n_special} NaN/inf position(s) differ from the reference, first at "
+            f"{_unravel(j, ref.shape)} (got {gv}, ref {rv})"
         )
 
-    finite = torch.isfinite(rs)
-    rf, gf, ef = r[finite], g[finite], e[finite]
-    gf = torch.where(torch.isfinite(gf), gf, torch.full_like(gf, math.inf))
-    ref_norm = _norm(rf) if rf.numel() else 0.0
-    if rf.numel() and ref_norm == 0.0:
+    c.max_abs_err = max_d
+    if max_r == 0.0:
         # Rule 4: a zero reference proves nothing by tolerance; such an output (e.g. the gradient
         # of a one-element softmax) must be exactly zero, which poisoned memory never is.
-        c.max_abs_err = float((gf - rf).abs().max())
-        if c.max_abs_err != 0.0:
-            c.reasons.append(f"reference is exactly zero but the output is not (max |err| {c.max_abs_err:.3g})")
-    if rf.numel() and ref_norm > 0.0:
-        diff = gf - rf
-        c.err_l2 = _norm(diff) / ref_norm
-        e_ok = torch.isfinite(ef)
-        te = torch.where(e_ok, ef - rf, torch.zeros_like(rf))
-        c.torch_err_l2 = _norm(te) / ref_norm
-        c.budget_l2 = l2_factor * c.torch_err_l2 + l2_floor
-        if not c.err_l2 <= c.budget_l2:
-            c.reasons.append(f"relative L2 error {c.err_l2:.3g} > budget {c.budget_l2:.3g}")
-        scale = float(rf.abs().max())
+        if max_d != 0.0:
+            c.reasons.append(f"reference is exactly zero but the output is not (max |err| {max_d:.3g})")
+        c.passed = not c.reasons
+        return c
+
+    # Elementwise limit: the per-dtype table, never tighter than what the dtype can represent
+    # (its smallest normal) nor than l2_factor x PyTorch's own worst elementwise error (so an
+    # ill-conditioned element is judged against what the hardware precision allows).
+    floor_abs = max(torch.finfo(got.dtype).tiny, l2_factor * max_te)
+    ss_r = ss_d = ss_te = 0.0
+    worst_ratio, worst_j = 0.0, None
+    for a, b in spans:
+        g, r, rs, finite, diff, te = chunk(a, b)
+        rf = torch.where(finite, r, torch.zeros_like(r))
+        ss_r += float(((rf / max_r) ** 2).sum())
+        if max_d not in (0.0, math.inf):
+            ss_d += float(((diff / max_d) ** 2).sum())
+        if max_te > 0.0:
+            ss_te += float(((te / max_te) ** 2).sum())
         absdiff = diff.abs()
-        # Elementwise limit: the per-dtype table, never tighter than what the dtype can represent
-        # (its smallest normal) nor than l2_factor x PyTorch's own worst elementwise error (so an
-        # ill-conditioned element is judged against what the hardware precision allows).
-        floor_abs = max(torch.finfo(got.dtype).tiny, l2_factor * float(te.abs().max()))
-        limit = (atol * scale + rtol * rf.abs()).clamp_min(floor_abs)
-        bad = ~(absdiff <= limit)
-        c.mismatches = int(bad.sum())
-        c.max_abs_err = float(absdiff.max())
-        if c.mismatches:
-            ratio = torch.where(bad, absdiff / limit.clamp_min(1e-300), torch.zeros_like(absdiff))
-            k = int(ratio.argmax())
-            flat_idx = int(finite.flatten().nonzero()[k])
-            idx = _unravel(flat_idx, r.shape)
-            c.worst = f"{idx}: got {g[idx].item():.6g}, ref {r[idx].item():.6g}"
-            c.reasons.append(
-                f"{c.mismatches} element(s) outside max(atol={atol * scale:.3g} + rtol={rtol:.3g}*|ref|, "
-                f"{floor_abs:.3g})"
-            )
+        limit = (atol * max_r + rtol * rf.abs()).clamp_min(floor_abs)
+        bad = finite & ~(absdiff <= limit)
+        nb = int(bad.sum())
+        if nb:
+            c.mismatches += nb
+            ratio = torch.where(bad, absdiff / limit, torch.zeros_like(absdiff))
+            kk = int(ratio.argmax())
+            if float(ratio[kk]) > worst_ratio or worst_j is None:
+                worst_ratio, worst_j = float(ratio[kk]), a + kk
+    ref_norm = max_r * math.sqrt(ss_r)
+    c.err_l2 = math.inf if max_d == math.inf else max_d * math.sqrt(ss_d) / ref_norm
+    c.torch_err_l2 = max_te * math.sqrt(ss_te) / ref_norm
+    c.budget_l2 = l2_factor * c.torch_err_l2 + l2_floor
+    if not c.err_l2 <= c.budget_l2:
+        c.reasons.append(f"relative L2 error {c.err_l2:.3g} > budget {c.budget_l2:.3g}")
+    if c.mismatches:
+        c.worst = f"{_unravel(worst_j, ref.shape)}: got {float(G[worst_j]):.6g}, ref {float(R[worst_j]):.6g}"
+        c.reasons.append(
+            f"{c.mismatches} element(s) outside max(atol={atol * max_r:.3g} + rtol={rtol:.3g}*|ref|, "
+            f"{floor_abs:.3g})"
+        )
     c.passed = not c.reasons
     return c
-
-
-def _norm(t: torch.Tensor) -> float:
-    """L2 norm scaled by the largest magnitude first, so tiny values do not underflow to 0."""
-    m = float(t.abs().max()) if t.numel() else 0.0
-    if m == 0.0 or m == float("inf") or m != m:
-        return m
-    return m * float(torch.linalg.vector_norm(t / m))
 
 
 def _unravel(flat: int, shape) -> tuple:
