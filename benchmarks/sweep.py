@@ -96,11 +96,13 @@ def rms_bwd(m, n, configs):
 
 def main():
     print(torch.cuda.get_device_name(), torch.__version__)
-    # round 3: rows of 50257 (gpt2 vocabulary) and 8192-wide RMSNorm
-    softmax_fwd(16384, 50257, [SC(True, 1, 65536, 32), SC(False, 1, 8192, 16), SC(False, 1, 16384, 32), SC(False, 1, 4096, 16), SC(False, 1, 32768, 32)])
-    rms_fwd(16384, 8192, [RC(True, 1, 8192, 4), RC(True, 2, 8192, 8), RC(True, 1, 8192, 8, 4), RC(True, 1, 8192, 8, 8)])
-    rms_fwd(8192, 8192, [RC(True, 1, 8192, 4), RC(True, 2, 8192, 8)])
-    rms_bwd(16384, 8192, [RC(True, 1, 8192, 16, 2, 3), RC(True, 1, 8192, 32, 1, 3), RC(True, 1, 8192, 16, 1, 3)])
+    # round 4: rows held on chip in bf16 (keep_input) for vocabulary-sized rows
+    softmax_fwd(16384, 50257, [SC(True, 1, 65536, 32, 0, True), SC(True, 1, 65536, 16, 0, True), SC(False, 1, 8192, 16)])
+    softmax_fwd(8192, 128256, [SC(True, 1, 131072, 32, 0, True), SC(False, 1, 16384, 32)])
+    softmax_fwd(512, 262144, [SC(False, 1, 16384, 32), SC(False, 1, 8192, 16)])
+    rms_fwd(16384, 8192, [RC(True, 1, 8192, 8)])
+    rms_bwd(16384, 8192, [RC(True, 1, 8192, 32, 1, 1)])
+    rms_bwd(32768, 4096, [RC(True, 1, 4096, 16, 2, 1)])
 
 
 if __name__ == "__main__":

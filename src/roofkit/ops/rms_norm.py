@@ -71,26 +71,24 @@ class Config(NamedTuple):
 
 
 def _fwd_config(n: int) -> Config:
-    """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweep behind it):
-    tiles of about 2048 elements, 1024 elements per warp."""
+    """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweeps behind it):
+    tiles of about 2048 elements (two rows from 8192 on), 1024 elements per warp, at most 8 warps."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
-        block_m = max(1, 2048 // block_n)
-        return Config(True, block_m, block_n, max(4, min(16, block_m * block_n // 1024)))
+        block_m = 2 if block_n == 8192 else max(1, 2048 // block_n)
+        return Config(True, block_m, block_n, max(4, min(8, block_m * block_n // 1024)))
     return Config(False, 1, LOOP_BLOCK_N, 16)
 
 
 def _bwd_config(n: int) -> Config:
+    """Tiles of about 2048 elements, 256 per warp (at most 16 warps); 2 programs per SM for tiles
+    up to 4096 elements, else 1; a 3-deep software-pipelined row loop."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
         tile = block_m * block_n
-        warps = max(4, min(32, tile // 256))
-        # Tiles up to 4096 elements: 2 programs per SM and a 3-deep pipelined row loop; larger
-        # tiles: 32 warps, one program per SM, no pipelining (the sweep in NOTES.md).
-        if warps <= 16:
-            return Config(True, block_m, block_n, warps, PROGRAMS_PER_SM, 3)
-        return Config(True, block_m, block_n, warps, 1, 1)
+        warps = max(4, min(16, tile // 256))
+        return Config(True, block_m, block_n, warps, PROGRAMS_PER_SM if tile <= 4096 else 1, 3)
     return Config(False, 1, LOOP_BLOCK_N, 16, PROGRAMS_PER_SM)
 
 
