@@ -148,11 +148,3 @@ def test_softmax_cost_counts_one_read_one_write():
     assert softmax_module.softmax_cost(fb, torch.bfloat16).bytes == 5 * 32 * 2
     assert math.isclose(softmax_module.softmax_cost(fb, torch.bfloat16).flops, 9 * 32)
 
-
-@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-def test_softmax_keep_input_path_matches_reference(op, monkeypatch, device):
-    # The one-pass variant that holds long rows in their 16-bit dtype, forced onto short rows.
-    real = softmax_module._launch_config
-    monkeypatch.setattr(softmax_module, "_launch_config", lambda n: real(n)._replace(keep_input=True))
-    report = verify_op(op, cases=["neg_inf_8x129", "nan_8x129", "prime_37x781", "large_magnitude_8x300"], seeds=2, device=device)
-    assert report.passed, report.summary()

@@ -54,8 +54,9 @@ def softmax_cost(case, dtype: torch.dtype) -> Cost:
 
 # Longest row held on chip in one pass (elements); longer rows take the online two-pass path.
 ONE_PASS_MAX_N = 32768
-# Chunk of a long row processed per loop iteration.
-ONLINE_BLOCK_N = 16384
+# Chunk of a long row processed per loop iteration (rows up to 65536 elements / longer rows).
+ONLINE_BLOCK_N = 8192
+ONLINE_BLOCK_N_LONG = 16384
 
 
 class Config(NamedTuple):
@@ -67,18 +68,19 @@ class Config(NamedTuple):
     BLOCK_N: int
     num_warps: int
     programs_per_sm: float = 0
-    keep_input: bool = False  # forward one-pass only: hold the row in the input dtype
 
 
 def _launch_config(n: int) -> Config:
     """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweep behind it):
     rows on chip take tiles of about 2048 elements with 512 elements per warp; longer rows take
-    the online path in chunks of ``ONLINE_BLOCK_N``."""
+    the online path in chunks of ``ONLINE_BLOCK_N`` (``ONLINE_BLOCK_N_LONG`` past 65536)."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
         return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
-    return Config(False, 1, min(ONLINE_BLOCK_N, block_n), 32)
+    if block_n <= 65536:
+        return Config(False, 1, ONLINE_BLOCK_N, max(4, ONLINE_BLOCK_N // 512))
+    return Config(False, 1, ONLINE_BLOCK_N_LONG, max(4, min(32, ONLINE_BLOCK_N_LONG // 512)))
 
 
 def _grid(m: int, cfg: Config, device: torch.device) -> tuple[int]:
@@ -95,8 +97,8 @@ def _grid(m: int, cfg: Config, device: torch.device) -> tuple[int]:
 def _softmax_fwd_kernel(
     x_ptr, y_ptr, M, N,
     stride_xm, stride_xn, stride_ym, stride_yn,
-    LOG: tl.constexpr, ONE_PASS: tl.constexpr, KEEP_INPUT: tl.constexpr, USE_INT64: tl.constexpr,
-    BF16_RNE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOG: tl.constexpr, ONE_PASS: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """softmax (or log_softmax) of BLOCK_M rows of length N per iteration, the program looping
     over row blocks pid, pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; one pass when the row
@@ -110,21 +112,7 @@ def _softmax_fwd_kernel(
         rows = rows.to(tl.int64)
         x_rows = x_ptr + rows[:, None] * stride_xm
         y_rows = y_ptr + rows[:, None] * stride_ym
-        if ONE_PASS and KEEP_INPUT:
-            # Long rows held on chip in the input's own (16-bit) dtype: exponentials are
-            # recomputed for the output instead of being kept as a float32 tile, halving the
-            # registers the row needs.
-            mask = row_mask[:, None] & (cols[None, :] < N)
-            xin = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=-float("inf"))
-            m = tl.max(xin.to(tl.float32), axis=1)
-            s = tl.sum(tl.exp(xin.to(tl.float32) - m[:, None]), axis=1)
-            shift = m + tl.log(s)
-            if LOG:
-                y = xin.to(tl.float32) - shift[:, None]
-            else:
-                y = tl.exp(xin.to(tl.float32) - shift[:, None])
-            tl.store(y_rows + cols[None, :] * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
-        elif ONE_PASS:
+        if ONE_PASS:
             mask = row_mask[:, None] & (cols[None, :] < N)
             x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
             m = tl.max(x, axis=1)
@@ -260,8 +248,7 @@ def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None
     use_int64 = needs_int64(n * xr.stride(1), n * yr.stride(1))
     _softmax_fwd_kernel[_grid(m, cfg, x.device)](
         xr, yr, m, n, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
-        LOG=log, ONE_PASS=cfg.one_pass, KEEP_INPUT=cfg.keep_input and cfg.one_pass, USE_INT64=use_int64,
-        BF16_RNE=bf16_rne(x.dtype),
+        LOG=log, ONE_PASS=cfg.one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
     return _finish(out, yr, dim, copied)
