@@ -19,6 +19,20 @@ def device() -> torch.device:
     return torch.device("cuda" if HAS_CUDA else "cpu")
 
 
+@pytest.fixture
+def forbid_launch(monkeypatch):
+    """``forbid_launch(module, "_kernel")``: any launch of that kernel fails the test."""
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("kernel launched on an empty input")
+
+    def forbid(module, name: str) -> None:
+        monkeypatch.setattr(module, name, NoLaunch())
+
+    return forbid
+
+
 def pytest_collection_modifyitems(config, items):
     markexpr = config.getoption("-m") or ""
     for item in items:
