@@ -14,7 +14,7 @@ from roofkit.harness.verify import verify_op
 pytestmark = pytest.mark.harness
 
 SOFTMAX_CASES = ["prime_37x781", "odd_3x7", "row_4096"]
-RMS_CASES = ["prime_37x781", "row_4096"]
+RMS_CASES = ["prime_37x781", "row_4096", "eps_default_small_values_6x64"]
 
 
 # ----------------------------------------------------------------------------- softmax zoo
@@ -98,6 +98,49 @@ def softmax_wrong_backward(input, dim=-1, dtype=None):
     return _WrongGrad.apply(input)
 
 
+def softmax_returns_a_list(input, dim=-1, dtype=None):
+    return [F.softmax(input, dim=dim)]
+
+
+def softmax_negative_dim_means_last(input, dim=-1, dtype=None):
+    return F.softmax(input, dim=-1 if dim < 0 else dim)
+
+
+def softmax_first_64_rows_only(input, dim=-1, dtype=None):
+    out = torch.zeros_like(input)
+    out[:64] = F.softmax(input[:64], dim=dim)
+    return out
+
+
+_shared = {}
+
+
+def softmax_reuses_one_output_buffer(input, dim=-1, dtype=None):
+    key = (tuple(input.shape), input.dtype, input.device)
+    if key not in _shared:
+        _shared[key] = torch.empty_like(input)
+    _shared[key].copy_(F.softmax(input, dim=dim))
+    return _shared[key]
+
+
+class _GradInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = F.softmax(x, dim=-1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        s = (g * y).sum(-1, keepdim=True)
+        return g.sub_(s).mul_(y)  # right values, but written into grad_output
+
+
+def softmax_backward_overwrites_grad_output(input, dim=-1, dtype=None):
+    return _GradInPlace.apply(input)
+
+
 ZOO = [
     (softmax_writes_nothing, "NaN/inf position"),
     (softmax_returns_zeros, "relative L2 error"),
@@ -111,13 +154,20 @@ ZOO = [
     (softmax_nondeterministic, "not bitwise identical"),
     (softmax_wrong_dtype, "dtype"),
     (softmax_wrong_backward, "grad[0]"),
+    (softmax_returns_a_list, "a tensor where torch returns a tensor"),
+    (softmax_negative_dim_means_last, "relative L2 error"),
+    (softmax_first_64_rows_only, "relative L2 error"),
+    (softmax_reuses_one_output_buffer, "overwritten by a later call"),
+    (softmax_backward_overwrites_grad_output, "modified grad_output"),
 ]
 
 
 @pytest.mark.parametrize("impl,reason", ZOO, ids=[f.__name__ for f, _ in ZOO])
 def test_verify_rejects_wrong_softmax(impl, reason, device):
     _cache.clear()
-    report = verify_op("softmax", impl, cases=SOFTMAX_CASES, seeds=2, device=device)
+    _shared.clear()
+    cases = SOFTMAX_CASES + ["dim_minus2_4d_2x3x9x5", "many_rows_130x33"]
+    report = verify_op("softmax", impl, cases=cases, seeds=2, device=device)
     assert not report.passed, f"{impl.__name__} passed verification"
     assert reason in report.summary(), report.summary()
 
@@ -155,6 +205,7 @@ def rms_bf16_accumulation(input, normalized_shape, weight=None, eps=None):
     acc = torch.zeros(x.shape[:-1], dtype=torch.bfloat16, device=x.device)
     for j in range(x.shape[-1]):
         acc = acc + (x[..., j] * x[..., j]).to(torch.bfloat16)
+    eps = torch.finfo(torch.float32).eps if eps is None else eps
     y = x * torch.rsqrt(acc.float() / x.shape[-1] + eps).unsqueeze(-1)
     return (y * weight.float() if weight is not None else y).to(input.dtype)
 
@@ -169,11 +220,17 @@ def rms_writes_nothing(input, normalized_shape, weight=None, eps=None):
     return torch.empty_like(input)
 
 
+def rms_default_eps_of_input_dtype(input, normalized_shape, weight=None, eps=None):
+    eps = torch.finfo(input.dtype).eps if eps is None else eps
+    return F.rms_norm(input, normalized_shape, weight, eps)
+
+
 RMS_ZOO = [
     (rms_ignores_weight, "relative L2 error"),
     (rms_bf16_accumulation, "relative L2 error"),
     (rms_eps_outside_sqrt, "element(s) outside"),
     (rms_writes_nothing, "NaN/inf position"),
+    (rms_default_eps_of_input_dtype, "relative L2 error"),
 ]
 
 

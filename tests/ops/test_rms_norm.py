@@ -19,13 +19,16 @@ def _x(shape, device, dtype=torch.float32, seed=0):
     return torch.randn(shape, generator=g).to(device=device, dtype=dtype)
 
 
-def test_rms_norm_default_eps_is_torch_finfo_eps(device):
-    x = _x((4, 64), device) * 1e-4  # small enough that eps matters
-    w = _x((64,), device, seed=1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rms_norm_default_eps_matches_torch(dtype, device):
+    # torch's default is the epsilon of its float32 computation type for every input dtype.
+    x = (_x((4, 64), device) * 0.05).to(dtype)  # small enough that eps matters
+    w = _x((64,), device, seed=1).to(dtype)
     y = roofkit.rms_norm(x, (64,), w)
     ref = rms_module.rms_norm_reference(x.double(), (64,), w.double(), torch.finfo(torch.float32).eps)
-    torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(y, F.rms_norm(x, (64,), w), rtol=1e-5, atol=1e-6)
+    rtol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(y.double(), ref, rtol=rtol, atol=rtol * 1e-1)
+    torch.testing.assert_close(y, F.rms_norm(x, (64,), w), rtol=rtol, atol=rtol * 1e-1)
 
 
 def test_rms_norm_is_scale_invariant(device):
@@ -80,6 +83,11 @@ def test_rms_norm_empty_input_returns_empty_without_launch(forbid_launch, device
         (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), None, -1.0), ValueError, ["roofkit.rms_norm", "eps"]),
         (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), None, "x"), TypeError, ["roofkit.rms_norm", "eps"]),
         (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), [1.0, 1.0, 1.0]), TypeError, ["roofkit.rms_norm", "weight"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3.0,)), TypeError, ["roofkit.rms_norm", "normalized_shape"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), "ab"), TypeError, ["roofkit.rms_norm", "normalized_shape"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 1, device=d), True), TypeError, ["roofkit.rms_norm", "normalized_shape"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d), (3,), None, 10**400), ValueError, ["roofkit.rms_norm", "eps"]),
+        (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d).to_sparse(), (3,)), TypeError, ["roofkit.rms_norm", "dense"]),
     ],
 )
 def test_rms_norm_bad_input_raises_clear_error(call, exc, words, device):

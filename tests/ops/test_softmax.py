@@ -77,6 +77,15 @@ def test_softmax_dtype_argument_sets_output_dtype(device):
     torch.testing.assert_close(y, F.softmax(x, dim=-1, dtype=torch.float32), rtol=1e-5, atol=1e-6)
 
 
+def test_softmax_dtype_argument_casts_first_like_torch(device):
+    import numpy as np
+
+    x = _x((3, 20), device).double()
+    y = roofkit.softmax(x, dim=np.int64(1), dtype=torch.float32)  # float64 input, cast first
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, F.softmax(x, dim=1, dtype=torch.float32), rtol=1e-5, atol=1e-6)
+
+
 def test_softmax_empty_input_returns_empty_without_launch(forbid_launch, device):
     forbid_launch(softmax_module, "_softmax_fwd_kernel")
     for shape in [(0, 7), (5, 0), (0,)]:

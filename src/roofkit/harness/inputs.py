@@ -2,18 +2,19 @@
 
 Distributions: ``normal`` (standard normal), ``large`` (normal times a magnitude that stays finite
 in the dtype, 1e4 by default), ``neg_inf`` (normal with about 10% of entries -inf and, for 2-D and
-larger, one row entirely -inf), ``nan`` (normal with a few NaN), ``ties`` (small integers, so
+larger, one row entirely -inf), ``pos_inf`` (normal with about 3% +inf), ``nan`` (normal with a few NaN), ``ties`` (small integers, so
 maxima are tied), ``arange`` (a structured ramp that exposes index mistakes).
 Layouts: ``contiguous``, ``transposed`` (last two dims swapped in memory), ``offset`` (a view with
-a non-zero storage offset), ``strided`` (every other element of the last dim).
+a non-zero storage offset), ``strided`` (every other element of the last dim), ``expanded``
+(the first row broadcast to every row with stride 0: changes the values, all rows equal).
 """
 
 from __future__ import annotations
 
 import torch
 
-DISTRIBUTIONS = ("normal", "large", "neg_inf", "nan", "ties", "arange")
-LAYOUTS = ("contiguous", "transposed", "offset", "strided")
+DISTRIBUTIONS = ("normal", "large", "neg_inf", "pos_inf", "nan", "ties", "arange")
+LAYOUTS = ("contiguous", "transposed", "offset", "strided", "expanded")
 
 
 def random_tensor(
@@ -45,6 +46,9 @@ def random_tensor(
             x = x.masked_fill(u < 0.1, float("-inf"))
             if len(shape) >= 2 and shape[0] > 1:
                 x[0] = float("-inf")
+        elif dist == "pos_inf":
+            u = torch.rand(shape, generator=generator, device=gdev)
+            x = x.masked_fill(u < 0.03, float("inf"))
         elif dist == "nan":
             u = torch.rand(shape, generator=generator, device=gdev)
             x = x.masked_fill(u < 0.02, float("nan"))
@@ -73,6 +77,10 @@ def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
         view = buf[..., ::2]
         view.copy_(x)
         return view
+    if layout == "expanded":
+        if x.dim() < 2:
+            return x.contiguous()
+        return x[:1].contiguous().expand(x.shape)
     raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
 
 

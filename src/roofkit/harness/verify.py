@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from . import registry
-from .inputs import make_generator
+from .inputs import make_generator, with_layout
 from .spec import Case, Inputs, OpSpec
 
 POISON_INT = 0x5A5A5A5A
@@ -335,26 +335,36 @@ def run_outputs(
     grad_out_seed: int,
     poison: bool,
     dy_dtype: torch.dtype | None = None,
+    dy_layout: str = "contiguous",
+    raw: list | None = None,
 ):
     """Call ``fn`` and, if asked, backpropagate a seeded random gradient.
 
-    The gradient is drawn in float32, rounded to ``dy_dtype`` (default: the output's dtype) and
-    then cast to the output's dtype, so the float64 reference sees exactly the values the
-    implementation sees. Returns (name, tensor) snapshots taken on the current stream right after
-    each call, before any synchronization, so work still running elsewhere is caught.
+    The gradient is drawn in float32, rounded to ``dy_dtype`` (default: the output's dtype), cast
+    to the output's dtype and laid out as ``dy_layout``, so the float64 reference sees exactly the
+    values the implementation sees. Returns (name, tensor) snapshots taken on the current stream
+    right after each call, before any synchronization, so work still running elsewhere is caught.
+    A single tensor is named ``out``; a tuple or list ``out0, out1, ...``; a gradient
+    ``grad[i]``; a grad_output that the backward modified adds ``("grad_output modified", True)``.
+    ``raw``, if given, receives the returned tensors themselves (not copies).
     """
     ctx = poisoned_allocations() if poison else contextlib.nullcontext()
     inp = _with_grad(inputs, grad_positions)
     targets = _grad_targets(inp, grad_positions)
     results = []
     with ctx:
-        outs = _as_tuple(fn(*inp.args, **inp.kwargs))
-        results += [(f"out{i}" if len(outs) > 1 else "out", o.detach().clone() if isinstance(o, torch.Tensor) else o) for i, o in enumerate(outs)]
+        ret = fn(*inp.args, **inp.kwargs)
+        outs = _as_tuple(ret)
+        names = [f"out{i}" for i in range(len(outs))] if isinstance(ret, (tuple, list)) else ["out"]
+        results += [(n, o.detach().clone() if isinstance(o, torch.Tensor) else o) for n, o in zip(names, outs)]
+        if raw is not None:
+            raw.extend(o for o in outs if isinstance(o, torch.Tensor))
         if targets:
             out0 = outs[0]
             g = make_generator(grad_out_seed, out0.device)
             dy = torch.randn(out0.shape, generator=g, device=out0.device, dtype=torch.float32)
-            dy = dy.to(dy_dtype or out0.dtype).to(out0.dtype)
+            dy = with_layout(dy.to(dy_dtype or out0.dtype).to(out0.dtype), dy_layout)
+            dy_before = dy.clone()
             if isinstance(out0, torch.Tensor) and out0.requires_grad:
                 grads = torch.autograd.grad(out0, [t for _, t in targets], dy, allow_unused=True)
             else:  # the output does not depend on the inputs through autograd
@@ -362,31 +372,53 @@ def run_outputs(
             for (i, _), gr in zip(targets, grads):
                 snap = gr.detach().clone() if gr is not None else None
                 results.append((f"grad[{i}]", snap))
+            if not _bitwise_equal(dy, dy_before):
+                results.append(("grad_output modified", True))
     return results
 
 
 def check_outputs(spec: OpSpec, case: Case, dtype: torch.dtype, refs, expected, got, device) -> list[Check]:
-    """Compare each (name, tensor) of ``got`` with the float64 ``refs`` (rules 1-4)."""
-    rtol, atol = spec.tolerance.elementwise(dtype, spec.reduction_length(case))
+    """Compare each (name, tensor) of ``got`` with the float64 ``refs`` (rules 1-4); tolerances
+    are those of each output's own dtype (an output cast by ``dtype=`` is judged in its dtype)."""
     checks = []
+    for name, value in got:
+        if name == "grad_output modified":
+            checks.append(Check(output="grad_output", passed=False, reasons=["the backward modified grad_output"]))
+    got = [(n, v) for n, v in got if n != "grad_output modified"]
+    got_names, ref_names = [n for n, _ in got], [n for n, _ in expected]
+    if got_names != ref_names:
+        checks.append(Check(output="outputs", passed=False,
+                            reasons=[f"returned {got_names}, expected {ref_names} (a tensor where torch returns a tensor)"]))
+        return checks
     for (name, r), (_, e), (_, o) in zip(refs, expected, got):
         if r is None:
             continue
         if o is None:
             checks.append(Check(output=name, passed=False, reasons=["no gradient returned"]))
             continue
+        odt = e.dtype if e.is_floating_point() else dtype
+        rtol, atol = spec.tolerance.elementwise(odt, spec.reduction_length(case))
         checks.append(
             compare(
                 name, o, r, e,
                 rtol=rtol, atol=atol,
                 l2_factor=spec.tolerance.l2_factor,
-                l2_floor=spec.tolerance.l2_floor[dtype],
+                l2_floor=spec.tolerance.l2_floor[odt],
                 device=device,
             )
         )
-    if len(got) != len(refs):
-        checks.append(Check(output="outputs", passed=False, reasons=[f"{len(got)} results, expected {len(refs)}"]))
     return checks
+
+
+def _clone_layout(t: torch.Tensor) -> torch.Tensor:
+    """A copy with the same strides (a repeat call must see the same layout); overlapping
+    layouts (stride 0) are rebuilt by expanding a copy of their distinct elements."""
+    if t.numel() and any(st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape)):
+        idx = tuple(slice(0, 1) if st == 0 else slice(None) for st, sz in zip(t.stride(), t.shape))
+        return t[idx].clone().expand(t.shape)
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
 
 
 def reference_outputs(spec: OpSpec, inputs: Inputs, grad_pos: Sequence[int], grad_seed: int):
@@ -411,12 +443,14 @@ def verify_case(
     """Verify ``impl`` on one (case, dtype, seed); see the module docstring for the rules."""
     gen = make_generator(seed, device)
     inputs = spec.make_inputs(case, dtype, gen, device)
-    pristine = inputs.map(lambda t: t.detach().clone())
+    pristine = inputs.map(lambda t: _clone_layout(t.detach()))
     grad_pos = spec.grad_args if case.get("grad", True) else ()
     grad_seed = seed + 7919
 
+    dy_layout = case.get("grad_layout", "contiguous")
     expected, refs = reference_outputs(spec, inputs, grad_pos, grad_seed)
-    got = run_outputs(impl, inputs, grad_pos, grad_seed, poison=True)
+    raw: list = []
+    got = run_outputs(impl, inputs, grad_pos, grad_seed, poison=True, dy_layout=dy_layout, raw=raw)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -429,10 +463,17 @@ def verify_case(
 
     # Rule 6: a repeat call on the same inputs gives the same bits.
     if spec.deterministic and check_determinism:
-        again = run_outputs(impl, pristine.map(lambda t: t.clone()), grad_pos, grad_seed, poison=True)
+        again = run_outputs(impl, pristine.map(_clone_layout), grad_pos, grad_seed, poison=True, dy_layout=dy_layout)
         for (name, o1), (_, o2) in zip(got, again):
             if isinstance(o1, torch.Tensor) and isinstance(o2, torch.Tensor) and not _bitwise_equal(o1, o2):
                 checks.append(Check(output=name, passed=False, reasons=["not bitwise identical on a repeat call"]))
+        # The first call's outputs must be its own: a later call on other inputs may not
+        # overwrite them (a shared output buffer would).
+        other = spec.make_inputs(case, dtype, make_generator(seed + 1, device), device)
+        impl(*other.args, **other.kwargs)
+        for (name, snap), r in zip(got, raw):
+            if isinstance(snap, torch.Tensor) and not _bitwise_equal(r.detach(), snap):
+                checks.append(Check(output=name, passed=False, reasons=["output storage was overwritten by a later call"]))
     return VerifyRow(spec.name, case.name, str(dtype).removeprefix("torch."), seed, checks)
 
 

@@ -25,6 +25,8 @@ def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES) -> None:
     """Raise TypeError / ValueError naming ``op`` and ``name`` unless ``t`` is a usable tensor."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"roofkit.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise TypeError(f"roofkit.{op}: {name} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dtype not in dtypes:
         allowed = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         raise TypeError(f"roofkit.{op}: {name} must have dtype {allowed}; got {str(t.dtype).removeprefix('torch.')}")

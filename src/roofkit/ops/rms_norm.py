@@ -14,6 +14,8 @@ Source: Zhang & Sennrich, "Root Mean Square Layer Normalization" (2019); Triton 
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import NamedTuple
 
 import torch
@@ -21,19 +23,23 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from ..harness.inputs import random_tensor
+from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
 from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, rows_of, sm_count
 
 # ----------------------------------------------------------------------------- reference, cost
 
+# torch's default eps: the machine epsilon of the type it computes in, float32 for all three
+# supported input dtypes (torch.finfo(torch.float32).eps = 1.19e-7).
+DEFAULT_EPS = torch.finfo(torch.float32).eps
+
 
 def rms_norm_reference(input, normalized_shape, weight=None, eps=None):
-    """RMSNorm in float64; ``eps`` defaults to the machine epsilon of the *caller's* dtype, which
-    the harness passes explicitly (see ``_make_inputs``)."""
+    """RMSNorm in float64; ``eps=None`` means torch's default for float32/float16/bfloat16
+    inputs, the epsilon of the float32 computation type (torch.finfo(torch.float32).eps)."""
     x = input.to(torch.float64)
-    eps = torch.finfo(torch.float64).eps if eps is None else eps
+    eps = DEFAULT_EPS if eps is None else eps
     y = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
     if weight is not None:
         y = y * weight.to(torch.float64)
@@ -341,6 +347,22 @@ torch.library.register_autograd("roofkit::rms_norm_fwd", _backward, setup_contex
 # ----------------------------------------------------------------------------- public function
 
 
+def _as_shape(op: str, normalized_shape) -> tuple[int, ...]:
+    """normalized_shape as a tuple of ints (int, sequence of ints, torch.Size); TypeError else."""
+    items = normalized_shape if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
+    out = []
+    for s in items:
+        if isinstance(s, bool):
+            raise TypeError(f"roofkit.{op}: normalized_shape must hold ints, got a bool")
+        try:
+            out.append(operator.index(s))
+        except TypeError:
+            raise TypeError(
+                f"roofkit.{op}: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
+            ) from None
+    return tuple(out)
+
+
 def rms_norm(
     input: torch.Tensor,
     normalized_shape,
@@ -356,8 +378,8 @@ def rms_norm(
             TRITON_INTERPRET=1).
         normalized_shape: ``N`` or ``(N,)``: the last dimension of ``input``.
         weight: optional tensor (N,) of the input's dtype, on the input's device.
-        eps: added to the mean square inside the square root; default
-            ``torch.finfo(input.dtype).eps`` as in torch.
+        eps: added to the mean square inside the square root; default, as in torch, the
+            epsilon of the float32 computation type, ``torch.finfo(torch.float32).eps``.
     Returns:
         A contiguous tensor of ``input``'s shape and dtype.
     Raises:
@@ -368,7 +390,9 @@ def rms_norm(
     Numerics:
         float32 accumulation of the sum of squares and of the scaling; one rounding to the
         output dtype. The backward returns dx and dweight; dweight is reduced across rows in
-        float32 by a fixed two-stage reduction (bitwise reproducible on a given GPU).
+        float32 by a fixed two-stage reduction (bitwise reproducible on a given GPU). Backward is
+        first order (no double backward). Unlike torch, a float32 weight with a 16-bit input is
+        refused (TypeError) rather than promoted.
     Cost:
         Forward reads x and weight once and writes y once (2*M*N + N elements) for rows up to
         ``ONE_PASS_MAX_N``; backward reads x and dy and writes dx (3*M*N) plus G*N floats of
@@ -378,12 +402,7 @@ def rms_norm(
     """
     op = "rms_norm"
     check_tensor(op, "input", input)
-    if isinstance(normalized_shape, int):
-        normalized_shape = (normalized_shape,)
-    try:
-        normalized_shape = tuple(int(s) for s in normalized_shape)
-    except TypeError:
-        raise TypeError(f"roofkit.{op}: normalized_shape must be an int or a sequence of ints") from None
+    normalized_shape = _as_shape(op, normalized_shape)
     if input.dim() == 0 or normalized_shape != tuple(input.shape[-1:]):
         raise ValueError(
             f"roofkit.{op}: normalized_shape must be the last dimension of input, "
@@ -398,9 +417,13 @@ def rms_norm(
             raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
         weight = weight.contiguous()
     if eps is None:
-        eps = torch.finfo(input.dtype).eps
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"roofkit.{op}: eps must be a float or None, got {type(eps).__name__}")
+        eps = DEFAULT_EPS
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"roofkit.{op}: eps must be a real number or None, got {type(eps).__name__}")
+    try:
+        eps = float(eps)
+    except OverflowError:
+        raise ValueError(f"roofkit.{op}: eps {eps} does not fit a float") from None
     if not eps >= 0:
         raise ValueError(f"roofkit.{op}: eps must be >= 0, got {eps}")
     y, _ = _rms_norm_fwd_op(input, weight, float(eps))
@@ -419,7 +442,9 @@ def _make_inputs(case, dtype, generator, device) -> Inputs:
         # Not all ones: an implementation that ignores the weight must fail.
         weight = (1.0 + 0.5 * torch.randn(shape[-1:], generator=generator, device=generator.device)).to(device=device, dtype=dtype)
     eps = case.get("eps", torch.finfo(dtype).eps)
-    return Inputs((x, shape[-1:], weight, eps))
+    if case.get("weight_layout"):
+        weight = with_layout(weight, case["weight_layout"])
+    return Inputs((x, shape[-1:], weight, None if eps == "default" else eps))
 
 
 CASES = [
@@ -434,6 +459,11 @@ CASES = [
     case("offset_9x65", shape=(9, 65), layout="offset"),
     case("strided_9x65", shape=(9, 65), layout="strided"),
     case("eps_large_8x64", shape=(8, 64), eps=0.5),
+    case("eps_default_small_values_6x64", shape=(6, 64), eps="default", dist="large", magnitude=1e-3),
+    case("many_rows_130x33", shape=(130, 33)),
+    case("four_dims_2x3x4x20", shape=(2, 3, 4, 20)),
+    case("expanded_rows_5x40", shape=(5, 40), layout="expanded"),
+    case("strided_weight_grad_7x48", shape=(7, 48), weight_layout="strided", grad_layout="transposed"),
     case("magnitude_1e3_8x300", shape=(8, 300), dist="large", magnitude=1e3),
     case("ties_8x129", shape=(8, 129), dist="ties"),
     case("arange_5x1000", shape=(5, 1000), dist="arange"),

@@ -15,6 +15,7 @@ tutorial 02 (fused softmax).
 from __future__ import annotations
 
 import math
+import operator
 from typing import NamedTuple
 
 import torch
@@ -313,13 +314,18 @@ torch.library.register_autograd("roofkit::softmax_fwd", _backward, setup_context
 
 
 def _prepare(op: str, input, dim, dtype):
-    check_tensor(op, "input", input)
     if dtype is not None:
         if dtype not in FLOAT_DTYPES:
             raise TypeError(f"roofkit.{op}: dtype must be one of float32, float16, bfloat16 or None; got {dtype}")
-        input = input.to(dtype)
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise TypeError(f"roofkit.{op}: dim must be an int, got {type(dim).__name__}")
+        if isinstance(input, torch.Tensor) and input.layout == torch.strided:
+            input = input.to(dtype)  # as torch: the input is cast before the operation
+    check_tensor(op, "input", input)
+    if isinstance(dim, bool):
+        raise TypeError(f"roofkit.{op}: dim must be an int, got bool")
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"roofkit.{op}: dim must be an int, got {type(dim).__name__}") from None
     ndim = max(input.dim(), 1)
     if not -ndim <= dim < ndim:
         raise IndexError(f"roofkit.{op}: dim {dim} out of range for a {input.dim()}-d input (expected [{-ndim}, {ndim - 1}])")
@@ -336,8 +342,9 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
     Args:
         input: float32, float16 or bfloat16 tensor of any shape and strides, on CUDA (or on CPU
             with TRITON_INTERPRET=1).
-        dim: dimension to normalize over; negative values count from the end.
-        dtype: if given, ``input`` is cast to it before the operation (as in torch).
+        dim: dimension to normalize over (any integer-like); negative values count from the end.
+        dtype: if given (float32, float16 or bfloat16), ``input`` is cast to it before the
+            operation, as in torch (so a float64 input with ``dtype=torch.float32`` is accepted).
     Returns:
         A contiguous tensor of ``input``'s shape in ``dtype`` (default ``input.dtype``).
     Raises:
@@ -401,16 +408,24 @@ CASES = [
     case("leading_dims_2x3x50", shape=(2, 3, 50)),
     case("online_path_3x40000", shape=(3, 40000), dtypes=_F32),
     case("dim0_33x16", ["quick"], shape=(33, 16), dim=0),
+    case("dim_last_positive_6x7", shape=(6, 7), dim=1),
+    case("dim_minus2_4d_2x3x9x5", shape=(2, 3, 9, 5), dim=-2),
+    case("four_dims_last_2x3x4x20", shape=(2, 3, 4, 20)),
+    case("many_rows_130x33", shape=(130, 33)),
+    case("expanded_rows_5x40", shape=(5, 40), layout="expanded"),
+    case("grad_transposed_12x40", shape=(12, 40), grad_layout="transposed"),
+    case("pos_inf_8x129", shape=(8, 129), dist="pos_inf", grad=False),
     case("middle_dim_4x5x6", shape=(4, 5, 6), dim=1),
     case("transposed_16x33", shape=(16, 33), layout="transposed"),
     case("offset_9x65", shape=(9, 65), layout="offset"),
     case("strided_9x65", shape=(9, 65), layout="strided"),
     case("large_magnitude_8x300", shape=(8, 300), dist="large"),
-    case("neg_inf_8x129", shape=(8, 129), dist="neg_inf", grad=False),
+    case("neg_inf_8x129", shape=(8, 129), dist="neg_inf"),
     case("nan_8x129", shape=(8, 129), dist="nan", grad=False),
     case("ties_8x129", shape=(8, 129), dist="ties"),
     case("arange_5x1000", shape=(5, 1000), dist="arange"),
     case("out_dtype_float32", shape=(6, 100), out_dtype="float32", dtypes=(torch.float16, torch.bfloat16)),
+    case("out_dtype_down_to_float16", shape=(6, 100), out_dtype="float16", dtypes=(torch.float32,)),
     case("empty_rows_0x7", ["quick"], shape=(0, 7)),
     case("empty_cols_5x0", shape=(5, 0)),
     # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 2.
