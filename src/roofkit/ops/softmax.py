@@ -354,6 +354,7 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
     Numerics:
         float32 accumulation; one rounding to the output dtype. A row that is entirely -inf gives
         NaN, and a row containing NaN or +inf gives NaN everywhere, as in torch. Deterministic.
+        Backward is first order (no double backward).
     Cost:
         Reads the input once and writes the output once (2 * numel * element size bytes) when
         the row fits on chip (up to ``ONE_PASS_MAX_N`` elements); longer rows read it twice,
