@@ -7,7 +7,7 @@ Program mapping: the reduced dimension is viewed as the last axis of a 2-D (M ro
 arbitrary strides (no copy when strides allow one). One program owns BLOCK_M whole rows.
 Rows that fit on chip are read once and written once (``ONE_PASS``); longer rows (vocabularies
 of 128256 and beyond) take an online pass (per-lane running maximum and rescaled sum) followed by
-a normalizing pass that re-reads the row, mostly from L2.
+a normalizing pass that re-reads the row (on an H200 from DRAM: benchmarks/NOTES.md).
 Source: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018); Triton
 tutorial 02 (fused softmax).
 """
@@ -358,7 +358,7 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
     Cost:
         Reads the input once and writes the output once (2 * numel * element size bytes) when
         the row fits on chip (up to ``ONE_PASS_MAX_N`` elements); longer rows read it twice,
-        the second time mostly from L2. About 5 FLOP per element.
+        the second time from DRAM on an H200 (benchmarks/NOTES.md). About 5 FLOP per element.
     Source:
         Triton tutorial 02 (fused softmax); Milakov & Gimelshein 2018 (online normalizer).
     """
