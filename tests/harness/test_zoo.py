@@ -81,13 +81,17 @@ def softmax_wrong_dtype(input, dim=-1, dtype=None):
     return F.softmax(input.float(), dim=dim)
 
 
-class _WrongGrad(torch.autograd.Function):
+class _SoftmaxLastDim(torch.autograd.Function):
+    """A correct forward; subclasses supply a wrong backward."""
+
     @staticmethod
     def forward(ctx, x):
         y = F.softmax(x, dim=-1)
         ctx.save_for_backward(y)
         return y
 
+
+class _WrongGrad(_SoftmaxLastDim):
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
@@ -123,13 +127,7 @@ def softmax_reuses_one_output_buffer(input, dim=-1, dtype=None):
     return _shared[key]
 
 
-class _GradInPlace(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = F.softmax(x, dim=-1)
-        ctx.save_for_backward(y)
-        return y
-
+class _GradInPlace(_SoftmaxLastDim):
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
