@@ -20,7 +20,7 @@ from .record import Record
 from .roofline import place
 from .spec import Case, Inputs, OpSpec
 from .timing import time_providers
-from .verify import check_outputs, reference_outputs, run_outputs
+from .verify import _grad_targets, _with_grad, check_outputs, reference_outputs, run_outputs
 
 ROOFKIT = "roofkit"
 TORCH = "torch"
@@ -59,14 +59,11 @@ def _timed_call(fn: Callable, inputs: Inputs, grad_pos: Sequence[int], dy: torch
     """A zero-argument closure doing one forward (and, with ``grad_pos``, one backward)."""
     if not grad_pos:
         return lambda: fn(*inputs.args, **inputs.kwargs)
-    args = list(inputs.args)
-    for i in grad_pos:
-        if isinstance(args[i], torch.Tensor):
-            args[i] = args[i].detach().requires_grad_(True)
-    targets = [args[i] for i in grad_pos if isinstance(args[i], torch.Tensor)]
+    inp = _with_grad(inputs, grad_pos)
+    targets = [t for _, t in _grad_targets(inp, grad_pos)]
 
     def call():
-        out = fn(*args, **inputs.kwargs)
+        out = fn(*inp.args, **inp.kwargs)
         out0 = out[0] if isinstance(out, (tuple, list)) else out
         return torch.autograd.grad(out0, targets, dy)
 

@@ -63,10 +63,6 @@ class Inputs:
     args: tuple
     kwargs: dict = field(default_factory=dict)
 
-    def tensors(self) -> list[torch.Tensor]:
-        out = [a for a in self.args if isinstance(a, torch.Tensor)]
-        return out + [v for v in self.kwargs.values() if isinstance(v, torch.Tensor)]
-
     def map(self, fn: Callable[[torch.Tensor], Any]) -> "Inputs":
         """Apply ``fn`` to every tensor argument (other arguments are kept)."""
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
@@ -507,10 +508,6 @@ SUITES = {
 }
 
 
-def _compiled():
-    return torch.compile(F.rms_norm, dynamic=False)
-
-
 def _liger():
     try:
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
@@ -521,19 +518,6 @@ def _liger():
         eps = torch.finfo(input.dtype).eps if eps is None else eps
         # casting_mode "gemma": everything in fp32 like torch and roofkit; in_place=False keeps dy.
         return LigerRMSNormFunction.apply(input, weight, eps, 0.0, "gemma", False)
-
-    return run
-
-
-def _flaggems():
-    try:
-        import flag_gems
-    except ImportError:
-        return None
-
-    def run(*args, **kwargs):
-        with flag_gems.use_gems():
-            return F.rms_norm(*args, **kwargs)
 
     return run
 
@@ -549,7 +533,8 @@ SPEC = OpSpec(
     dtypes=FLOAT_DTYPES,
     cases=CASES,
     suites=SUITES,
-    baselines={"torch": lambda: F.rms_norm, "torch.compile": _compiled, "liger": _liger, "flaggems": _flaggems},
+    baselines={"torch": lambda: F.rms_norm, "torch.compile": baselines.compiled(F.rms_norm), "liger": _liger,
+               "flaggems": baselines.flaggems(F.rms_norm)},
     grad_args=(0, 2),
     marker="rms_norm",
 )

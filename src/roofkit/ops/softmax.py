@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
@@ -472,29 +473,6 @@ SUITES = {
 }
 
 
-def _compiled(fn):
-    def factory():
-        return torch.compile(fn, dynamic=False)
-
-    return factory
-
-
-def _flaggems(fn):
-    def factory():
-        try:
-            import flag_gems
-        except ImportError:
-            return None
-
-        def run(*args, **kwargs):
-            with flag_gems.use_gems():
-                return fn(*args, **kwargs)
-
-        return run
-
-    return factory
-
-
 def _liger_softmax():
     try:
         from liger_kernel.ops.softmax import LigerSoftmaxFunction
@@ -522,9 +500,9 @@ SOFTMAX_SPEC = OpSpec(
     suites=SUITES,
     baselines={
         "torch": lambda: F.softmax,
-        "torch.compile": _compiled(F.softmax),
+        "torch.compile": baselines.compiled(F.softmax),
         "liger": _liger_softmax,
-        "flaggems": _flaggems(F.softmax),
+        "flaggems": baselines.flaggems(F.softmax),
     },
     grad_args=(0,),
     marker="softmax",
@@ -543,8 +521,8 @@ LOG_SOFTMAX_SPEC = OpSpec(
     suites={k: [c for c in v if c.name.startswith("logits")] for k, v in SUITES.items()},
     baselines={
         "torch": lambda: F.log_softmax,
-        "torch.compile": _compiled(F.log_softmax),
-        "flaggems": _flaggems(F.log_softmax),
+        "torch.compile": baselines.compiled(F.log_softmax),
+        "flaggems": baselines.flaggems(F.log_softmax),
     },
     grad_args=(0,),
     marker="softmax",
