@@ -26,6 +26,13 @@ def run():
             torch.autograd.grad(y, (x, w), torch.randn_like(y))
             xt = torch.randn(shape[::-1], device="cuda", dtype=dtype, generator=g).t()
             roofkit.rms_norm(xt, shape[-1:])
+    # The online long-row path (split rows switched off) and the split path with many segments.
+    for max_splits, shape in [(0, (5, 40000)), (64, (3, 300000))]:
+        sm.MAX_SPLITS = max_splits
+        x = torch.randn(shape, device="cuda", generator=g).requires_grad_(True)
+        for op in (roofkit.softmax, roofkit.log_softmax):
+            y = op(x, dim=-1)
+            torch.autograd.grad(y, x, torch.randn_like(y))
     torch.cuda.synchronize()
     print("sanitize cases ran")
 

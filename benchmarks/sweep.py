@@ -96,14 +96,15 @@ def rms_bwd(m, n, configs):
 
 def main():
     print(torch.cuda.get_device_name(), torch.__version__)
-    # round 4: rows held on chip in bf16 (keep_input) for vocabulary-sized rows
-    softmax_fwd(16384, 50257, [SC(True, 1, 65536, 32, 0, True), SC(True, 1, 65536, 16, 0, True), SC(False, 1, 8192, 16)])
-    softmax_fwd(8192, 128256, [SC(True, 1, 131072, 32, 0, True), SC(False, 1, 16384, 32)])
-    softmax_fwd(512, 262144, [SC(False, 1, 16384, 32), SC(False, 1, 8192, 16)])
-    rms_fwd(16384, 8192, [RC(True, 1, 8192, 8)])
-    rms_bwd(16384, 8192, [RC(True, 1, 8192, 32, 1, 1)])
-    rms_bwd(32768, 4096, [RC(True, 1, 4096, 16, 2, 1)])
-
+    # round 5: split rows (segments on chip across programs that exchange partials)
+    S = lambda bn, w, k: SC(True, 1, bn, w, 0, k)
+    softmax_fwd(8192, 128256, [S(16384, 8, 8), S(16384, 32, 8), S(8192, 8, 16), S(8192, 16, 16),
+                               S(32768, 32, 4), SC(False, 1, 16384, 32)])
+    softmax_fwd(16384, 50257, [S(16384, 8, 4), S(8192, 8, 7), S(8192, 16, 7), S(4096, 8, 13), SC(False, 1, 8192, 16)])
+    softmax_fwd(512, 262144, [S(8192, 16, 32), S(16384, 32, 16), SC(False, 1, 16384, 32)])
+    softmax_fwd(64, 131072, [S(8192, 16, 16), SC(False, 1, 16384, 32)])
+    softmax_bwd(8192, 128256, [S(16384, 8, 8), S(8192, 16, 16), SC(False, 1, 16384, 32)])
+    softmax_bwd(16384, 50257, [S(8192, 16, 7), SC(False, 1, 8192, 16)])
 
 if __name__ == "__main__":
     main()

@@ -252,3 +252,15 @@ def test_verify_chunked_comparison_agrees(impl, passes, monkeypatch, device):
     monkeypatch.setattr(importlib.import_module("roofkit.harness.verify"), "COMPARE_CHUNK", 37)
     report = verify_op("softmax", impl, cases=["prime_37x781", "neg_inf_8x129"], seeds=1, device=device)
     assert report.passed is passes, report.summary()
+
+
+def test_compare_integer_outputs_is_exact(device):
+    from roofkit.harness.verify import compare
+
+    ref = torch.arange(10, device=device, dtype=torch.int64)
+    kw = dict(rtol=0.5, atol=0.5, l2_factor=2.0, l2_floor=1.0, device=device)
+    assert compare("count", ref.clone(), ref, ref, **kw).passed
+    off = ref.clone()
+    off[7] += 1  # off by one: any float tolerance would let it through
+    check = compare("count", off, ref, ref, **kw)
+    assert not check.passed and check.mismatches == 1 and "(7,)" in check.worst

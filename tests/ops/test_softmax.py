@@ -58,16 +58,49 @@ def test_softmax_online_path_matches_reference(op, monkeypatch, device):
     # Force the two-pass online kernel (forward and backward) onto short rows.
     monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 64)
     monkeypatch.setattr(softmax_module, "ONLINE_BLOCK_N", 64)
+    monkeypatch.setattr(softmax_module, "MAX_SPLITS", 0)
     assert softmax_module._launch_config(129).one_pass is False
-    cases = ["neg_inf_8x129", "nan_8x129", "ties_8x129", "large_magnitude_8x300", "transposed_16x33", "dim0_33x16"]
+    cases = ["neg_inf_8x129", "nan_8x129", "pos_inf_8x129", "ties_8x129", "large_magnitude_8x300",
+             "transposed_16x33", "dim0_33x16"]
     report = verify_op(op, cases=cases, seeds=2, device=device)
     assert report.passed, report.summary()
 
 
-def test_softmax_launch_heuristic_picks_online_for_vocab_rows():
-    assert softmax_module._launch_config(4096)[0] is True
-    assert softmax_module._launch_config(softmax_module.ONE_PASS_MAX_N)[0] is True
-    assert softmax_module._launch_config(128256)[0] is False
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_split_row_path_matches_reference(op, monkeypatch, device):
+    # Force the split-row kernels (forward and backward) onto short rows: 129 -> 5 segments of
+    # 26 (a ragged last one), 40 -> 2 segments. Under the interpreter the two-launch form runs;
+    # on the GPU the fused one (programs of a row wait for each other).
+    monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 16)
+    monkeypatch.setattr(softmax_module, "SPLIT_SEG", 32)
+    cfg = softmax_module._launch_config(129)
+    assert cfg.splits == 5 and cfg.BLOCK_N == 32
+    cases = ["neg_inf_8x129", "nan_8x129", "pos_inf_8x129", "ties_8x129", "transposed_16x33",
+             "dim0_33x16", "grad_transposed_12x40"]
+    report = verify_op(op, cases=cases, seeds=2, dtypes=(torch.float32, torch.bfloat16), device=device)
+    assert report.passed, report.summary()
+
+
+def test_softmax_split_row_all_minus_inf_segment_is_finite_elsewhere(monkeypatch, device):
+    # One segment of a row entirely -inf (its partial max is -inf): the row stays finite and
+    # those entries are exactly 0; a fully -inf row is NaN, as in torch.
+    monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 16)
+    monkeypatch.setattr(softmax_module, "SPLIT_SEG", 32)
+    x = _x((3, 100), device)
+    x[0, :40] = float("-inf")
+    x[2] = float("-inf")
+    y = roofkit.softmax(x, dim=-1)
+    assert (y[0, :40] == 0).all() and torch.isfinite(y[0]).all()
+    torch.testing.assert_close(y[:2], F.softmax(x[:2], dim=-1), rtol=1e-5, atol=1e-7)
+    assert torch.isnan(y[2]).all()
+
+
+def test_softmax_launch_heuristic_paths():
+    assert softmax_module._launch_config(4096).one_pass and not softmax_module._launch_config(4096).splits
+    assert softmax_module._launch_config(softmax_module.ONE_PASS_MAX_N).splits == 0
+    cfg = softmax_module._launch_config(128256)
+    assert cfg.splits == 8 and cfg.BLOCK_N == 16384
+    assert softmax_module._launch_config(softmax_module.SPLIT_SEG * softmax_module.MAX_SPLITS + 1).one_pass is False
 
 
 def test_softmax_dtype_argument_sets_output_dtype(device):

@@ -11,7 +11,7 @@ the spec names, all of these hold (DESIGN.md, "Verification rules"):
 3. relative-L2 error <= l2_factor * (PyTorch's error in the same dtype) + floor(dtype), and
    elementwise |impl - ref| <= atol * scale + rtol * |ref| (scale: the largest finite |ref|,
    grown with the reduction length);
-4. the reference is not all zeros;
+4. the reference is not all zeros; integer outputs (counts, indices) equal the reference exactly;
 5. inputs are bitwise unchanged unless the spec says the op mutates them;
 6. ops that promise determinism give bitwise-identical results on a repeat call.
 """
@@ -194,6 +194,17 @@ def compare(
         c.passed = False
         return c
     if ref.numel() == 0:
+        return c
+    if not (got.is_floating_point() or got.is_complex()):
+        # Integer and boolean outputs (counts, indices, masks) must equal the reference exactly.
+        bad = got.detach().reshape(-1).to(torch.int64) != ref.detach().reshape(-1).to(torch.int64)
+        c.mismatches = int(bad.sum())
+        if c.mismatches:
+            j = int(bad.nonzero()[0])
+            c.worst = f"{_unravel(j, ref.shape)}: got {int(got.reshape(-1)[j])}, ref {int(ref.reshape(-1)[j])}"
+            c.reasons.append(f"{c.mismatches} integer element(s) differ from the exact reference")
+        c.err_l2 = c.torch_err_l2 = c.budget_l2 = 0.0
+        c.passed = not c.reasons
         return c
     # Large outputs are compared in chunks so the float64 temporaries stay bounded (2**31+
     # element cases must fit beside their own float64 reference).

@@ -5,9 +5,14 @@
 
 Program mapping: the reduced dimension is viewed as the last axis of a 2-D (M rows, N) view with
 arbitrary strides (no copy when strides allow one). One program owns BLOCK_M whole rows.
-Rows that fit on chip are read once and written once (``ONE_PASS``); longer rows (vocabularies
-of 128256 and beyond) take an online pass (per-lane running maximum and rescaled sum) followed by
-a normalizing pass that re-reads the row (on an H200 from DRAM: benchmarks/NOTES.md).
+Rows that fit on chip are read once and written once (``ONE_PASS``). Longer rows (vocabularies
+of 128256 and beyond) are split across ``splits`` programs that each hold one segment on chip:
+every program posts its segment's (max, sum of exp) to a small workspace, waits for the other
+programs of its row, combines the partials and normalizes its segment from registers, so the row
+is still read once and written once. Programs take their row from a ticket counter (an atomic),
+so a waiting program only ever waits for programs that have already started: no deadlock
+whatever the number of SMs. Rows too long even for that take an online pass (per-row running
+maximum and rescaled sum) and a normalizing pass that re-reads the row.
 Source: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018); Triton
 tutorial 02 (fused softmax).
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from typing import NamedTuple
 
 import torch
@@ -27,7 +33,7 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, needs_int64, next_pow2, row_view, rows_of, sm_count
+from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, interpreter_active, needs_int64, next_pow2, row_view, rows_of, sm_count
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -56,6 +62,10 @@ def softmax_cost(case, dtype: torch.dtype) -> Cost:
 
 # Longest row held on chip in one pass (elements); longer rows take the online two-pass path.
 ONE_PASS_MAX_N = 32768
+# Longest segment of a split row held by one program, and the most programs per row.
+SPLIT_SEG = 16384
+MAX_SPLITS = 64
+SPLIT_NUM_WARPS = 16
 # Chunk of a long row processed per loop iteration (rows up to 65536 elements / longer rows).
 ONLINE_BLOCK_N = 8192
 ONLINE_BLOCK_N_LONG = 16384
@@ -63,23 +73,33 @@ ONLINE_BLOCK_N_LONG = 16384
 
 class Config(NamedTuple):
     """Launch configuration. ``programs_per_sm`` > 0 makes the grid persistent (that many programs
-    per SM, possibly fractional, each looping over row blocks); 0: one program per row block."""
+    per SM, possibly fractional, each looping over row blocks); 0: one program per row block.
+    ``splits`` > 0 splits each row across that many programs, each holding a segment of up to
+    BLOCK_N elements."""
 
     one_pass: bool
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int
     programs_per_sm: float = 0
+    splits: int = 0
 
 
-def _launch_config(n: int) -> Config:
+def _launch_config(n: int, device: torch.device | None = None) -> Config:
     """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweep behind it):
-    rows on chip take tiles of about 2048 elements with 512 elements per warp; longer rows take
-    the online path in chunks of ``ONLINE_BLOCK_N`` (``ONLINE_BLOCK_N_LONG`` past 65536)."""
+    rows on chip take tiles of about 2048 elements with 512 elements per warp; longer rows are
+    split in segments of at most ``SPLIT_SEG`` elements over at most ``MAX_SPLITS`` programs (and
+    no more than the device's SM count); beyond that, the online path in chunks of
+    ``ONLINE_BLOCK_N`` (``ONLINE_BLOCK_N_LONG`` past 65536)."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
         return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
+    splits = triton.cdiv(n, SPLIT_SEG)
+    max_splits = MAX_SPLITS if device is None or device.type != "cuda" else min(MAX_SPLITS, sm_count(device))
+    if splits <= max_splits:
+        seg = next_pow2(triton.cdiv(n, splits))
+        return Config(True, 1, seg, max(4, min(SPLIT_NUM_WARPS, seg // 512)), splits=splits)
     if block_n <= 65536:
         return Config(False, 1, ONLINE_BLOCK_N, max(4, ONLINE_BLOCK_N // 512))
     return Config(False, 1, ONLINE_BLOCK_N_LONG, max(4, min(32, ONLINE_BLOCK_N_LONG // 512)))
@@ -221,6 +241,110 @@ def _softmax_bwd_kernel(
                 tl.store(dx_rows + offs[None, :] * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
 
 
+@triton.jit
+def _post_and_wait(count_ptr, row, SPLITS: tl.constexpr):
+    """Count this program's partial (stored before the call) for ``row``, then spin until all
+    SPLITS programs of the row have counted theirs. Release/acquire at GPU scope; the barrier
+    orders every thread's partial store before the release."""
+    tl.debug_barrier()
+    seen = tl.atomic_add(count_ptr + row, 1, sem="release", scope="gpu") + 1
+    while seen < SPLITS:
+        seen = tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def _split_position(count_ptr, M, SPLITS: tl.constexpr, PHASE: tl.constexpr):
+    """(row, segment) of this program. Fused (PHASE 0): from a ticket counter, so that every
+    program a waiting program waits for has already started. Two launches (PHASE 1/2): the
+    program id."""
+    if PHASE == 0:
+        ticket = tl.atomic_add(count_ptr + M, 1, sem="relaxed", scope="gpu")
+    else:
+        ticket = tl.program_id(0)
+    return ticket // SPLITS, ticket % SPLITS
+
+
+@triton.jit
+def _softmax_split_fwd_kernel(
+    x_ptr, y_ptr, part_ptr, count_ptr, M, N, SEG,
+    stride_xm, stride_xn, stride_ym, stride_yn,
+    LOG: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
+    SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_N: tl.constexpr, PHASE: tl.constexpr,
+):
+    """softmax of one segment (SEG <= BLOCK_N elements) of one row per program; a row's SPLITS
+    programs exchange (max, sum of exp) through ``part_ptr`` (fp32 [M, SPLITS, 2]).
+    PHASE 0: one launch, programs wait for their row (``_post_and_wait``). PHASE 1 then PHASE 2:
+    two launches (partials, then normalize) for the interpreter, which runs programs in turn."""
+    row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
+    cols = tl.arange(0, BLOCK_N)
+    offs = seg * SEG + cols
+    if USE_INT64:
+        offs = offs.to(tl.int64)
+    mask = (cols < SEG) & (offs < N)
+    row64 = row.to(tl.int64)
+    x = tl.load(x_ptr + row64 * stride_xm + offs * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+    part = part_ptr + row64 * (2 * SPLITS)
+    if PHASE != 2:
+        m = tl.max(x, axis=0)
+        # Guard an all -inf segment (exp(-inf - -inf) is NaN); an equality, so NaN flows on.
+        e = tl.where(m == -float("inf"), 0.0, tl.exp(x - m))
+        tl.store(part + 2 * seg, m)
+        tl.store(part + 2 * seg + 1, tl.sum(e, axis=0))
+    if PHASE == 0:
+        _post_and_wait(count_ptr, row, SPLITS)
+    if PHASE != 1:
+        k = tl.arange(0, SPLITS_P2)
+        pm = tl.load(part + 2 * k, mask=k < SPLITS, other=-float("inf"), volatile=True)
+        ps = tl.load(part + 2 * k + 1, mask=k < SPLITS, other=0.0, volatile=True)
+        gm = tl.max(pm, axis=0)
+        # Fixed combining order: every program of the row gets bitwise the same (gm, gs).
+        gs = tl.sum(tl.where(pm == -float("inf"), 0.0, ps * tl.exp(pm - gm)), axis=0)
+        # An all -inf row has gs == 0 and gm == -inf: z is NaN, as in torch.
+        z = x - gm
+        if LOG:
+            y = z - tl.log(gs)
+        else:
+            y = tl.exp(z) / gs
+        tl.store(y_ptr + row64 * stride_ym + offs * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+
+
+@triton.jit
+def _softmax_split_bwd_kernel(
+    dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, M, N, SEG,
+    stride_dym, stride_dyn, stride_ym, stride_yn, stride_dxm, stride_dxn,
+    LOG: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
+    SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_N: tl.constexpr, PHASE: tl.constexpr,
+):
+    """Gradient of one segment per program (mapping and phases as ``_softmax_split_fwd_kernel``);
+    the row's programs exchange their partial sum(dy * y) (log_softmax: sum(dy)) through
+    ``part_ptr`` (fp32 [M, SPLITS]) and add the partials in a fixed order."""
+    row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
+    cols = tl.arange(0, BLOCK_N)
+    offs = seg * SEG + cols
+    if USE_INT64:
+        offs = offs.to(tl.int64)
+    mask = (cols < SEG) & (offs < N)
+    row64 = row.to(tl.int64)
+    dy = tl.load(dy_ptr + row64 * stride_dym + offs * stride_dyn, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + row64 * stride_ym + offs * stride_yn, mask=mask, other=0.0).to(tl.float32)
+    part = part_ptr + row64 * SPLITS
+    if PHASE != 2:
+        if LOG:
+            tl.store(part + seg, tl.sum(dy, axis=0))
+        else:
+            tl.store(part + seg, tl.sum(dy * y, axis=0))
+    if PHASE == 0:
+        _post_and_wait(count_ptr, row, SPLITS)
+    if PHASE != 1:
+        k = tl.arange(0, SPLITS_P2)
+        total = tl.sum(tl.load(part + k, mask=k < SPLITS, other=0.0, volatile=True), axis=0)
+        if LOG:
+            dx = dy - tl.exp(y) * total
+        else:
+            dx = y * (dy - total)
+        tl.store(dx_ptr + row64 * stride_dxm + offs * stride_dxn, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
+
+
 # ----------------------------------------------------------------------------- host launchers
 
 
@@ -240,14 +364,34 @@ def _finish(out: torch.Tensor, rows: torch.Tensor, dim: int, copied: bool) -> to
     return out
 
 
+def _split_phases() -> tuple[int, ...]:
+    """One fused launch on the GPU; two launches (partials, then normalize) under the
+    interpreter, which runs a grid's programs one after another (a waiting program would spin
+    forever). ``ROOFKIT_SOFTMAX_SPLIT_PHASES=2`` forces the two-launch form on the GPU too."""
+    if interpreter_active() or os.environ.get("ROOFKIT_SOFTMAX_SPLIT_PHASES") == "2":
+        return (1, 2)
+    return (0,)
+
+
 def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None = None) -> torch.Tensor:
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     xr = rows_of(x, dim)
     out, yr, copied = _output_rows(x, dim, x.dtype)
     m, n = xr.shape
-    cfg = config or _launch_config(n)
+    cfg = config or _launch_config(n, x.device)
     use_int64 = needs_int64(n * xr.stride(1), n * yr.stride(1))
+    if cfg.splits:
+        seg = triton.cdiv(n, cfg.splits)
+        part = torch.empty((m, cfg.splits, 2), dtype=torch.float32, device=x.device)
+        count = torch.zeros(m + 1, dtype=torch.int32, device=x.device)
+        for phase in _split_phases():
+            _softmax_split_fwd_kernel[(m * cfg.splits,)](
+                xr, yr, part, count, m, n, seg, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
+                LOG=log, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype), SPLITS=cfg.splits,
+                SPLITS_P2=next_pow2(cfg.splits), BLOCK_N=cfg.BLOCK_N, PHASE=phase, num_warps=cfg.num_warps,
+            )
+        return _finish(out, yr, dim, copied)
     _softmax_fwd_kernel[_grid(m, cfg, x.device)](
         xr, yr, m, n, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
         LOG=log, ONE_PASS=cfg.one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype),
@@ -263,8 +407,20 @@ def _softmax_backward(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool, 
     yr = rows_of(y, dim)
     out, dxr, copied = _output_rows(y, dim, y.dtype)
     m, n = yr.shape
-    cfg = config or _launch_config(n)
+    cfg = config or _launch_config(n, y.device)
     use_int64 = needs_int64(n * dyr.stride(1), n * yr.stride(1), n * dxr.stride(1))
+    if cfg.splits:
+        seg = triton.cdiv(n, cfg.splits)
+        part = torch.empty((m, cfg.splits), dtype=torch.float32, device=y.device)
+        count = torch.zeros(m + 1, dtype=torch.int32, device=y.device)
+        for phase in _split_phases():
+            _softmax_split_bwd_kernel[(m * cfg.splits,)](
+                dyr, yr, dxr, part, count, m, n, seg,
+                dyr.stride(0), dyr.stride(1), yr.stride(0), yr.stride(1), dxr.stride(0), dxr.stride(1),
+                LOG=log, USE_INT64=use_int64, BF16_RNE=bf16_rne(y.dtype), SPLITS=cfg.splits,
+                SPLITS_P2=next_pow2(cfg.splits), BLOCK_N=cfg.BLOCK_N, PHASE=phase, num_warps=cfg.num_warps,
+            )
+        return _finish(out, dxr, dim, copied)
     _softmax_bwd_kernel[_grid(m, cfg, y.device)](
         dyr, yr, dxr, m, n,
         dyr.stride(0), dyr.stride(1), yr.stride(0), yr.stride(1), dxr.stride(0), dxr.stride(1),
@@ -439,6 +595,7 @@ CASES = [
     case("gpu_row_32768", ["gpu"], shape=(300, 32768)),
     case("gpu_row_131072", ["gpu"], shape=(64, 131072)),
     case("gpu_row_262144", ["gpu"], shape=(32, 262144)),
+    case("gpu_row_online_1100000", ["gpu"], shape=(6, 1100000), dtypes=_F32),
     case("gpu_fp16_magnitude_1e4", ["gpu"], shape=(512, 4096), dist="large", dtypes=(torch.float16,)),
     case("gpu_transposed_2048x3000", ["gpu"], shape=(2048, 3000), layout="transposed"),
     case("gpu_dim0_4096x1024", ["gpu"], shape=(4096, 1024), dim=0),
