@@ -96,15 +96,18 @@ def bench_case(
 
     inputs = spec.make_inputs(case, dtype, make_generator(BENCH_SEED, device), device)
     grad_pos = spec.grad_args if mode == "fwd_bwd" else ()
-    expected, refs = reference_outputs(spec, inputs, grad_pos, BENCH_SEED)
+    dy_fill = case.get("grad_output", "normal")
+    expected, refs = reference_outputs(spec, inputs, grad_pos, BENCH_SEED, dy_fill)
     dy = None
     if grad_pos:
         out0 = expected[0][1]
         g = make_generator(BENCH_SEED + 1, device)
         dy = torch.randn(out0.shape, generator=g, device=device, dtype=torch.float32).to(out0.dtype)
+        if dy_fill == "ones":
+            dy = torch.ones_like(dy)
 
     def verify(fn) -> tuple[bool, float, float, str]:
-        got = run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=True)
+        got = run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=True, dy_fill=dy_fill)
         _sync(device)
         checks = check_outputs(spec, case, dtype, refs, expected, got, device)
         worst = max(checks, key=lambda c: (c.err_l2 if c.err_l2 == c.err_l2 else -1))
@@ -115,7 +118,7 @@ def bench_case(
     verdicts = {}
     for name, fn in fns.items():
         try:
-            run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=False)  # compile / autotune outside the checks
+            run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=False, dy_fill=dy_fill)  # compile / autotune outside the checks
             verdicts[name] = verify(fn)
         except Exception as exc:  # a provider that cannot run this case is recorded, not hidden
             records[name] = Record(provider=name, status=f"error: {type(exc).__name__}: {str(exc)[:200]}", **base)

@@ -37,6 +37,9 @@ class Case:
     Tags: ``gpu`` (needs a CUDA device), ``slow`` (large; GPU only, run with ``-m slow``),
     ``quick`` (part of ``roofkit verify --quick`` and of ``roofkit bench`` without a GPU).
     ``dtypes`` narrows the spec's dtypes for this case (None: all of them).
+    Parameters the harness itself reads: ``mode`` ("fwd" or "fwd_bwd", for bench), ``grad``
+    (False: forward only), ``grad_layout`` (layout of grad_output) and ``grad_output``
+    ("normal" random, or "ones" as ``loss.backward()`` on a scalar loss gives).
     """
 
     name: str

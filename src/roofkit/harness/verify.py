@@ -348,11 +348,13 @@ def run_outputs(
     dy_dtype: torch.dtype | None = None,
     dy_layout: str = "contiguous",
     raw: list | None = None,
+    dy_fill: str = "normal",
 ):
     """Call ``fn`` and, if asked, backpropagate a seeded random gradient.
 
     The gradient is drawn in float32, rounded to ``dy_dtype`` (default: the output's dtype), cast
-    to the output's dtype and laid out as ``dy_layout``, so the float64 reference sees exactly the
+    to the output's dtype and laid out as ``dy_layout`` (``dy_fill="ones"``: all ones, as
+    ``loss.backward()`` gives a scalar loss), so the float64 reference sees exactly the
     values the implementation sees. Returns (name, tensor) snapshots taken on the current stream
     right after each call, before any synchronization, so work still running elsewhere is caught.
     A single tensor is named ``out``; a tuple or list ``out0, out1, ...``; a gradient
@@ -374,6 +376,8 @@ def run_outputs(
             out0 = outs[0]
             g = make_generator(grad_out_seed, out0.device)
             dy = torch.randn(out0.shape, generator=g, device=out0.device, dtype=torch.float32)
+            if dy_fill == "ones":
+                dy = torch.ones_like(dy)
             dy = with_layout(dy.to(dy_dtype or out0.dtype).to(out0.dtype), dy_layout)
             dy_before = dy.clone()
             if isinstance(out0, torch.Tensor) and out0.requires_grad:
@@ -432,12 +436,14 @@ def _clone_layout(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def reference_outputs(spec: OpSpec, inputs: Inputs, grad_pos: Sequence[int], grad_seed: int):
+def reference_outputs(spec: OpSpec, inputs: Inputs, grad_pos: Sequence[int], grad_seed: int, dy_fill: str = "normal"):
     """(expected, refs): PyTorch's same-dtype outputs and the float64 reference's, each with the
     gradients of ``grad_pos`` for the same seeded grad_output."""
-    expected = run_outputs(spec.torch_impl, inputs.map(lambda t: t.detach().clone()), grad_pos, grad_seed, poison=False)
+    expected = run_outputs(spec.torch_impl, inputs.map(lambda t: t.detach().clone()), grad_pos, grad_seed,
+                           poison=False, dy_fill=dy_fill)
     ref_inputs = inputs.map(lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach())
-    refs = run_outputs(spec.reference, ref_inputs, grad_pos, grad_seed, poison=False, dy_dtype=expected[0][1].dtype)
+    refs = run_outputs(spec.reference, ref_inputs, grad_pos, grad_seed, poison=False, dy_dtype=expected[0][1].dtype,
+                       dy_fill=dy_fill)
     return expected, refs
 
 
@@ -459,9 +465,10 @@ def verify_case(
     grad_seed = seed + 7919
 
     dy_layout = case.get("grad_layout", "contiguous")
-    expected, refs = reference_outputs(spec, inputs, grad_pos, grad_seed)
+    dy_fill = case.get("grad_output", "normal")
+    expected, refs = reference_outputs(spec, inputs, grad_pos, grad_seed, dy_fill)
     raw: list = []
-    got = run_outputs(impl, inputs, grad_pos, grad_seed, poison=True, dy_layout=dy_layout, raw=raw)
+    got = run_outputs(impl, inputs, grad_pos, grad_seed, poison=True, dy_layout=dy_layout, raw=raw, dy_fill=dy_fill)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -474,7 +481,8 @@ def verify_case(
 
     # Rule 6: a repeat call on the same inputs gives the same bits.
     if spec.deterministic and check_determinism:
-        again = run_outputs(impl, pristine.map(_clone_layout), grad_pos, grad_seed, poison=True, dy_layout=dy_layout)
+        again = run_outputs(impl, pristine.map(_clone_layout), grad_pos, grad_seed, poison=True, dy_layout=dy_layout,
+                            dy_fill=dy_fill)
         for (name, o1), (_, o2) in zip(got, again):
             if isinstance(o1, torch.Tensor) and isinstance(o2, torch.Tensor) and not _bitwise_equal(o1, o2):
                 checks.append(Check(output=name, passed=False, reasons=["not bitwise identical on a repeat call"]))
