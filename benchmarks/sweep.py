@@ -96,15 +96,13 @@ def rms_bwd(m, n, configs):
 
 def main():
     print(torch.cuda.get_device_name(), torch.__version__)
-    # round 5: split rows (segments on chip across programs that exchange partials)
-    S = lambda bn, w, k: SC(True, 1, bn, w, 0, k)
-    softmax_fwd(8192, 128256, [S(16384, 8, 8), S(16384, 32, 8), S(8192, 8, 16), S(8192, 16, 16),
-                               S(32768, 32, 4), SC(False, 1, 16384, 32)])
-    softmax_fwd(16384, 50257, [S(16384, 8, 4), S(8192, 8, 7), S(8192, 16, 7), S(4096, 8, 13), SC(False, 1, 8192, 16)])
-    softmax_fwd(512, 262144, [S(8192, 16, 32), S(16384, 32, 16), SC(False, 1, 16384, 32)])
-    softmax_fwd(64, 131072, [S(8192, 16, 16), SC(False, 1, 16384, 32)])
-    softmax_bwd(8192, 128256, [S(16384, 8, 8), S(8192, 16, 16), SC(False, 1, 16384, 32)])
-    softmax_bwd(16384, 50257, [S(8192, 16, 7), SC(False, 1, 8192, 16)])
+    # round 7: persistent split rows (programs_per_sm > 0), one ticket per program, next row prefetched
+    P = lambda bn, w, k, pps: SC(True, 1, bn, w, pps, k)
+    softmax_fwd(8192, 128256, [P(16384, 16, 8, 1), P(16384, 16, 8, 2), P(16384, 8, 8, 2), P(16384, 8, 8, 3),
+                               P(8192, 8, 16, 2), P(8192, 8, 16, 4), P(8192, 4, 16, 4), SC(False, 1, 16384, 32)])
+    softmax_fwd(512, 262144, [P(16384, 16, 16, 2), P(16384, 8, 16, 3), P(8192, 8, 32, 4), SC(False, 1, 16384, 32)])
+    softmax_fwd(2048, 65536, [P(16384, 16, 4, 2), P(16384, 8, 4, 3), P(8192, 8, 8, 4), SC(False, 1, 8192, 16)])
+    softmax_fwd(16384, 50257, [P(16384, 16, 4, 2), P(8192, 8, 7, 4), SC(False, 1, 8192, 16)])
 
 if __name__ == "__main__":
     main()

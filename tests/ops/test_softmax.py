@@ -186,3 +186,22 @@ def test_softmax_cost_counts_one_read_one_write():
     assert softmax_module.softmax_cost(fb, torch.bfloat16).bytes == 5 * 32 * 2
     assert math.isclose(softmax_module.softmax_cost(fb, torch.bfloat16).flops, 9 * 32)
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pps", [1, 2])
+def test_softmax_split_row_persistent_form_matches_reference(pps, monkeypatch, device):
+    # The persistent split-row kernel (groups of programs walking rows, next row prefetched)
+    # only runs on the GPU: under the interpreter its programs would wait for each other forever.
+    monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 16)
+    monkeypatch.setattr(softmax_module, "SPLIT_SEG", 32)
+    real = softmax_module._launch_config
+    monkeypatch.setattr(softmax_module, "_launch_config", lambda n, dev=None: real(n, dev)._replace(programs_per_sm=pps))
+    cases = ["neg_inf_8x129", "nan_8x129", "pos_inf_8x129", "ties_8x129", "transposed_16x33", "many_rows_130x33",
+             "large_magnitude_8x300"]
+    for op in ("softmax", "log_softmax"):
+        report = verify_op(op, cases=cases, seeds=2, device=device)
+        assert report.passed, report.summary()
+    # Many rows per group: 5000 rows of 129 over at most pps x SMs programs.
+    x = _x((5000, 129), device, dtype=torch.bfloat16)
+    torch.testing.assert_close(roofkit.softmax(x, dim=-1).float(), F.softmax(x.float(), dim=-1), rtol=1.6e-2, atol=1e-3)

@@ -248,8 +248,12 @@ def _post_and_wait(count_ptr, row, SPLITS: tl.constexpr):
     orders every thread's partial store before the release."""
     tl.debug_barrier()
     seen = tl.atomic_add(count_ptr + row, 1, sem="release", scope="gpu") + 1
-    while seen < SPLITS:
-        seen = tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
+    if seen < SPLITS:
+        # Poll with plain volatile loads (no atomic traffic at the L2 while waiting), then one
+        # acquire to order the partials' loads after the other programs' releases.
+        while seen < SPLITS:
+            seen = tl.load(count_ptr + row, volatile=True)
+        tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
 
 
 @triton.jit
@@ -300,6 +304,52 @@ def _softmax_split_fwd_kernel(
         # Fixed combining order: every program of the row gets bitwise the same (gm, gs).
         gs = tl.sum(tl.where(pm == -float("inf"), 0.0, ps * tl.exp(pm - gm)), axis=0)
         # An all -inf row has gs == 0 and gm == -inf: z is NaN, as in torch.
+        z = x - gm
+        if LOG:
+            y = z - tl.log(gs)
+        else:
+            y = tl.exp(z) / gs
+        tl.store(y_ptr + row64 * stride_ym + offs * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+
+
+@triton.jit
+def _softmax_split_fwd_persistent_kernel(
+    x_ptr, y_ptr, part_ptr, count_ptr, M, N, SEG,
+    stride_xm, stride_xn, stride_ym, stride_yn,
+    LOG: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
+    SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Persistent form of ``_softmax_split_fwd_kernel``: groups of SPLITS programs (all resident
+    at once: the host sizes the grid from the kernel's occupancy) walk rows group, group +
+    n_groups, ...; each program loads its segment of the next row before waiting for the
+    current row's partials, so a load is always in flight. One ticket per program."""
+    ticket = tl.atomic_add(count_ptr + M, 1, sem="relaxed", scope="gpu")
+    group = ticket // SPLITS
+    seg = ticket % SPLITS
+    n_groups = tl.num_programs(0) // SPLITS
+    cols = tl.arange(0, BLOCK_N)
+    offs = seg * SEG + cols
+    if USE_INT64:
+        offs = offs.to(tl.int64)
+    mask = (cols < SEG) & (offs < N)
+    x_next = tl.load(x_ptr + group.to(tl.int64) * stride_xm + offs * stride_xn, mask=mask & (group < M),
+                     other=-float("inf"))
+    for row in range(group, M, n_groups):
+        x = x_next.to(tl.float32)
+        row64 = row.to(tl.int64)
+        part = part_ptr + row64 * (2 * SPLITS)
+        m = tl.max(x, axis=0)
+        e = tl.where(m == -float("inf"), 0.0, tl.exp(x - m))
+        tl.store(part + 2 * seg, m)
+        tl.store(part + 2 * seg + 1, tl.sum(e, axis=0))
+        nxt = row64 + n_groups
+        x_next = tl.load(x_ptr + nxt * stride_xm + offs * stride_xn, mask=mask & (nxt < M), other=-float("inf"))
+        _post_and_wait(count_ptr, row, SPLITS)
+        k = tl.arange(0, SPLITS_P2)
+        pm = tl.load(part + 2 * k, mask=k < SPLITS, other=-float("inf"), volatile=True)
+        ps = tl.load(part + 2 * k + 1, mask=k < SPLITS, other=0.0, volatile=True)
+        gm = tl.max(pm, axis=0)
+        gs = tl.sum(tl.where(pm == -float("inf"), 0.0, ps * tl.exp(pm - gm)), axis=0)
         z = x - gm
         if LOG:
             y = z - tl.log(gs)
@@ -373,6 +423,28 @@ def _split_phases() -> tuple[int, ...]:
     return (0,)
 
 
+_RESIDENT: dict = {}
+
+
+def _resident_programs(kernel, args: tuple, kwargs: dict, device: torch.device) -> int:
+    """How many programs of the compiled ``kernel`` fit on ``device`` at once (per SM: limited by
+    threads, registers and shared memory, all read from the device and the compiled binary)."""
+    key = (kernel, device.index) + tuple(sorted((k, v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)))
+    if key not in _RESIDENT:
+        compiled = kernel.warmup(*args, grid=(1,), **kwargs)
+        compiled._init_handles()
+        props = torch.cuda.get_device_properties(device)
+        info = triton.runtime.driver.active.utils.get_device_properties(device.index if device.index is not None else torch.cuda.current_device())
+        threads = 32 * kwargs["num_warps"]
+        regs_sm = getattr(props, "regs_per_multiprocessor", 0) or info["max_num_regs"]
+        regs = max(1, -(-compiled.n_regs // 8) * 8) * threads
+        per_sm = min(props.max_threads_per_multi_processor // threads, regs_sm // regs)
+        if compiled.metadata.shared:
+            per_sm = min(per_sm, props.shared_memory_per_multiprocessor // compiled.metadata.shared)
+        _RESIDENT[key] = max(0, per_sm) * props.multi_processor_count
+    return _RESIDENT[key]
+
+
 def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None = None) -> torch.Tensor:
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -385,6 +457,16 @@ def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None
         seg = triton.cdiv(n, cfg.splits)
         part = torch.empty((m, cfg.splits, 2), dtype=torch.float32, device=x.device)
         count = torch.zeros(m + 1, dtype=torch.int32, device=x.device)
+        if cfg.programs_per_sm and _split_phases() == (0,):
+            args = (xr, yr, part, count, m, n, seg, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1))
+            kw = dict(LOG=log, USE_INT64=use_int64, BF16_RNE=False, SPLITS=cfg.splits,
+                      SPLITS_P2=next_pow2(cfg.splits), BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+            resident = _resident_programs(_softmax_split_fwd_persistent_kernel, args, kw, x.device)
+            wanted = int(cfg.programs_per_sm * sm_count(x.device))
+            groups = min(m, min(resident, wanted) // cfg.splits)
+            if groups >= 1:
+                _softmax_split_fwd_persistent_kernel[(groups * cfg.splits,)](*args, **kw)
+                return _finish(out, yr, dim, copied)
         for phase in _split_phases():
             _softmax_split_fwd_kernel[(m * cfg.splits,)](
                 xr, yr, part, count, m, n, seg, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
