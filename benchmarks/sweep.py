@@ -49,7 +49,7 @@ def close(ref):
 def softmax_fwd(m, n, configs):
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     nbytes = sm.softmax_cost(case("c", shape=(m, n)), torch.bfloat16).bytes
-    fns = {"heuristic " + str(tuple(sm._launch_config(n))): lambda: sm._softmax_forward(x, 1, False)}
+    fns = {"heuristic " + str(tuple(sm._launch_config(n, x.device, m))): lambda: sm._softmax_forward(x, 1, False)}
     for c in configs:
         fns[str(tuple(c))] = (lambda c=c: sm._softmax_forward(x, 1, False, c))
     fns["torch"] = lambda: F.softmax(x, -1)
@@ -96,13 +96,13 @@ def rms_bwd(m, n, configs):
 
 def main():
     print(torch.cuda.get_device_name(), torch.__version__)
-    # round 7: persistent split rows (programs_per_sm > 0), one ticket per program, next row prefetched
-    P = lambda bn, w, k, pps: SC(True, 1, bn, w, pps, k)
-    softmax_fwd(8192, 128256, [P(16384, 16, 8, 1), P(16384, 16, 8, 2), P(16384, 8, 8, 2), P(16384, 8, 8, 3),
-                               P(8192, 8, 16, 2), P(8192, 8, 16, 4), P(8192, 4, 16, 4), SC(False, 1, 16384, 32)])
-    softmax_fwd(512, 262144, [P(16384, 16, 16, 2), P(16384, 8, 16, 3), P(8192, 8, 32, 4), SC(False, 1, 16384, 32)])
-    softmax_fwd(2048, 65536, [P(16384, 16, 4, 2), P(16384, 8, 4, 3), P(8192, 8, 8, 4), SC(False, 1, 8192, 16)])
-    softmax_fwd(16384, 50257, [P(16384, 16, 4, 2), P(8192, 8, 7, 4), SC(False, 1, 8192, 16)])
+    # round 8: heuristic (split rows only when rows < SMs) on few and many long rows
+    S = lambda bn, w, k: SC(True, 1, bn, w, 0, k)
+    softmax_fwd(8192, 128256, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
+    softmax_fwd(64, 131072, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
+    softmax_fwd(100, 262144, [S(16384, 16, 16), SC(False, 1, 16384, 32)])
+    softmax_bwd(64, 131072, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
+    softmax_bwd(8192, 128256, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
 
 if __name__ == "__main__":
     main()

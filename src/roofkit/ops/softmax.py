@@ -6,13 +6,14 @@
 Program mapping: the reduced dimension is viewed as the last axis of a 2-D (M rows, N) view with
 arbitrary strides (no copy when strides allow one). One program owns BLOCK_M whole rows.
 Rows that fit on chip are read once and written once (``ONE_PASS``). Longer rows (vocabularies
-of 128256 and beyond) are split across ``splits`` programs that each hold one segment on chip:
-every program posts its segment's (max, sum of exp) to a small workspace, waits for the other
-programs of its row, combines the partials and normalizes its segment from registers, so the row
-is still read once and written once. Programs take their row from a ticket counter (an atomic),
-so a waiting program only ever waits for programs that have already started: no deadlock
-whatever the number of SMs. Rows too long even for that take an online pass (per-row running
-maximum and rescaled sum) and a normalizing pass that re-reads the row.
+of 128256 and beyond) take an online pass (per-row running maximum and rescaled sum) and a
+normalizing pass that re-reads the row (largely from L2 on an H200: benchmarks/NOTES.md). When
+there are fewer such rows than SMs, each row is instead split across ``splits`` programs that
+each hold one segment on chip: every program posts its segment's (max, sum of exp) to a small
+workspace, waits for the other programs of its row, combines the partials and normalizes its
+segment from registers (read once, written once). Programs take their row from a ticket counter
+(an atomic), so a waiting program only ever waits for programs that have already started: no
+deadlock whatever the number of SMs.
 Source: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018); Triton
 tutorial 02 (fused softmax).
 """
@@ -85,19 +86,24 @@ class Config(NamedTuple):
     splits: int = 0
 
 
-def _launch_config(n: int, device: torch.device | None = None) -> Config:
-    """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweep behind it):
-    rows on chip take tiles of about 2048 elements with 512 elements per warp; longer rows are
-    split in segments of at most ``SPLIT_SEG`` elements over at most ``MAX_SPLITS`` programs (and
-    no more than the device's SM count); beyond that, the online path in chunks of
-    ``ONLINE_BLOCK_N`` (``ONLINE_BLOCK_N_LONG`` past 65536)."""
+def _launch_config(n: int, device: torch.device | None = None, m: int | None = None) -> Config:
+    """Deterministic heuristic from the row length and row count (benchmarks/NOTES.md has the
+    sweeps behind it): rows on chip take tiles of about 2048 elements with 512 elements per
+    warp. Longer rows, when there are fewer rows than SMs (``m`` < SM count), are split in
+    segments of at most ``SPLIT_SEG`` elements over at most ``MAX_SPLITS`` programs so that every
+    SM has work; otherwise (and beyond that) the online path in chunks of ``ONLINE_BLOCK_N``
+    (``ONLINE_BLOCK_N_LONG`` past 65536), which measured faster than the split form when rows
+    are plentiful (the split form's cross-program wait costs more than the online path's
+    second read, much of which the L2 serves)."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
         return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
     splits = triton.cdiv(n, SPLIT_SEG)
-    max_splits = MAX_SPLITS if device is None or device.type != "cuda" else min(MAX_SPLITS, sm_count(device))
-    if splits <= max_splits:
+    on_cuda = device is not None and device.type == "cuda"
+    max_splits = min(MAX_SPLITS, sm_count(device)) if on_cuda else MAX_SPLITS
+    few_rows = m is None or not on_cuda or m < sm_count(device)
+    if few_rows and splits <= max_splits:
         seg = next_pow2(triton.cdiv(n, splits))
         return Config(True, 1, seg, max(4, min(SPLIT_NUM_WARPS, seg // 512)), splits=splits)
     if block_n <= 65536:
@@ -313,52 +319,6 @@ def _softmax_split_fwd_kernel(
 
 
 @triton.jit
-def _softmax_split_fwd_persistent_kernel(
-    x_ptr, y_ptr, part_ptr, count_ptr, M, N, SEG,
-    stride_xm, stride_xn, stride_ym, stride_yn,
-    LOG: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
-    SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """Persistent form of ``_softmax_split_fwd_kernel``: groups of SPLITS programs (all resident
-    at once: the host sizes the grid from the kernel's occupancy) walk rows group, group +
-    n_groups, ...; each program loads its segment of the next row before waiting for the
-    current row's partials, so a load is always in flight. One ticket per program."""
-    ticket = tl.atomic_add(count_ptr + M, 1, sem="relaxed", scope="gpu")
-    group = ticket // SPLITS
-    seg = ticket % SPLITS
-    n_groups = tl.num_programs(0) // SPLITS
-    cols = tl.arange(0, BLOCK_N)
-    offs = seg * SEG + cols
-    if USE_INT64:
-        offs = offs.to(tl.int64)
-    mask = (cols < SEG) & (offs < N)
-    x_next = tl.load(x_ptr + group.to(tl.int64) * stride_xm + offs * stride_xn, mask=mask & (group < M),
-                     other=-float("inf"))
-    for row in range(group, M, n_groups):
-        x = x_next.to(tl.float32)
-        row64 = row.to(tl.int64)
-        part = part_ptr + row64 * (2 * SPLITS)
-        m = tl.max(x, axis=0)
-        e = tl.where(m == -float("inf"), 0.0, tl.exp(x - m))
-        tl.store(part + 2 * seg, m)
-        tl.store(part + 2 * seg + 1, tl.sum(e, axis=0))
-        nxt = row64 + n_groups
-        x_next = tl.load(x_ptr + nxt * stride_xm + offs * stride_xn, mask=mask & (nxt < M), other=-float("inf"))
-        _post_and_wait(count_ptr, row, SPLITS)
-        k = tl.arange(0, SPLITS_P2)
-        pm = tl.load(part + 2 * k, mask=k < SPLITS, other=-float("inf"), volatile=True)
-        ps = tl.load(part + 2 * k + 1, mask=k < SPLITS, other=0.0, volatile=True)
-        gm = tl.max(pm, axis=0)
-        gs = tl.sum(tl.where(pm == -float("inf"), 0.0, ps * tl.exp(pm - gm)), axis=0)
-        z = x - gm
-        if LOG:
-            y = z - tl.log(gs)
-        else:
-            y = tl.exp(z) / gs
-        tl.store(y_ptr + row64 * stride_ym + offs * stride_yn, _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
-
-
-@triton.jit
 def _softmax_split_bwd_kernel(
     dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, M, N, SEG,
     stride_dym, stride_dyn, stride_ym, stride_yn, stride_dxm, stride_dxn,
@@ -423,50 +383,18 @@ def _split_phases() -> tuple[int, ...]:
     return (0,)
 
 
-_RESIDENT: dict = {}
-
-
-def _resident_programs(kernel, args: tuple, kwargs: dict, device: torch.device) -> int:
-    """How many programs of the compiled ``kernel`` fit on ``device`` at once (per SM: limited by
-    threads, registers and shared memory, all read from the device and the compiled binary)."""
-    key = (kernel, device.index) + tuple(sorted((k, v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)))
-    if key not in _RESIDENT:
-        compiled = kernel.warmup(*args, grid=(1,), **kwargs)
-        compiled._init_handles()
-        props = torch.cuda.get_device_properties(device)
-        info = triton.runtime.driver.active.utils.get_device_properties(device.index if device.index is not None else torch.cuda.current_device())
-        threads = 32 * kwargs["num_warps"]
-        regs_sm = getattr(props, "regs_per_multiprocessor", 0) or info["max_num_regs"]
-        regs = max(1, -(-compiled.n_regs // 8) * 8) * threads
-        per_sm = min(props.max_threads_per_multi_processor // threads, regs_sm // regs)
-        if compiled.metadata.shared:
-            per_sm = min(per_sm, props.shared_memory_per_multiprocessor // compiled.metadata.shared)
-        _RESIDENT[key] = max(0, per_sm) * props.multi_processor_count
-    return _RESIDENT[key]
-
-
 def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None = None) -> torch.Tensor:
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     xr = rows_of(x, dim)
     out, yr, copied = _output_rows(x, dim, x.dtype)
     m, n = xr.shape
-    cfg = config or _launch_config(n, x.device)
+    cfg = config or _launch_config(n, x.device, m)
     use_int64 = needs_int64(n * xr.stride(1), n * yr.stride(1))
     if cfg.splits:
         seg = triton.cdiv(n, cfg.splits)
         part = torch.empty((m, cfg.splits, 2), dtype=torch.float32, device=x.device)
         count = torch.zeros(m + 1, dtype=torch.int32, device=x.device)
-        if cfg.programs_per_sm and _split_phases() == (0,):
-            args = (xr, yr, part, count, m, n, seg, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1))
-            kw = dict(LOG=log, USE_INT64=use_int64, BF16_RNE=False, SPLITS=cfg.splits,
-                      SPLITS_P2=next_pow2(cfg.splits), BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
-            resident = _resident_programs(_softmax_split_fwd_persistent_kernel, args, kw, x.device)
-            wanted = int(cfg.programs_per_sm * sm_count(x.device))
-            groups = min(m, min(resident, wanted) // cfg.splits)
-            if groups >= 1:
-                _softmax_split_fwd_persistent_kernel[(groups * cfg.splits,)](*args, **kw)
-                return _finish(out, yr, dim, copied)
         for phase in _split_phases():
             _softmax_split_fwd_kernel[(m * cfg.splits,)](
                 xr, yr, part, count, m, n, seg, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
@@ -489,7 +417,7 @@ def _softmax_backward(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool, 
     yr = rows_of(y, dim)
     out, dxr, copied = _output_rows(y, dim, y.dtype)
     m, n = yr.shape
-    cfg = config or _launch_config(n, y.device)
+    cfg = config or _launch_config(n, y.device, m)
     use_int64 = needs_int64(n * dyr.stride(1), n * yr.stride(1), n * dxr.stride(1))
     if cfg.splits:
         seg = triton.cdiv(n, cfg.splits)

@@ -1,0 +1,949 @@
+"""cross_entropy over class logits, forward and backward, with class weights, ignore_index and
+label smoothing as torch defines them.
+
+    loss_i = (1 - ls) * w[t_i] * (lse_i - x[i, t_i]) + (ls / C) * sum_c w[c] * (lse_i - x[i, c])
+    lse_i = log sum_c exp(x[i, c]);  mean: sum_i loss_i / sum_{i not ignored} w[t_i]
+
+Program mapping: the logits are an (M rows, C classes) view with any strides. When the input
+needs a gradient, the forward also writes it (the gradient of the loss, already scaled for the
+reduction) and the backward only multiplies it by grad_output in place, skipping rows (or the
+whole tensor) whose grad_output is exactly 1: the logits are read once and the gradient written
+once in the whole forward+backward. Rows up to ``ONE_PASS_MAX_N`` classes are held on chip by
+one program (BLOCK_M rows per program). Longer rows, up to ``MAX_SPLITS`` segments of
+``SPLIT_SEG`` classes, are split across programs that each hold one segment on chip: each posts
+its segment's (max, sum of exp, weighted sum of logits) to a workspace, waits for the other
+programs of its row (a ticket counter orders the programs, so a program only waits for programs
+that have started; see ``roofkit.ops.softmax``), combines the partials in a fixed order and
+writes its segment of the gradient from registers. Even longer rows take an online pass (running
+maximum, rescaled sum) and, for the gradient, a second pass. A one-program prologue computes the
+mean's denominator and the out-of-range target count on the device before the main kernel (no
+host synchronization for the scale); a one-program epilogue sums the row losses in a fixed order.
+Source: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018); Szegedy et al.,
+"Rethinking the Inception Architecture" (2016) for label smoothing; Liger-Kernel's idea of
+writing the gradient in the forward (Hsu et al., 2024).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+import os
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from ..harness import baselines
+from ..harness.inputs import random_tensor, with_layout
+from ..harness.spec import Cost, Inputs, OpSpec, case
+from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64, next_pow2, sm_count
+from ._jit import _round_for_store
+from .softmax import _post_and_wait, _split_position
+
+REDUCTIONS = ("none", "mean", "sum")
+
+# ----------------------------------------------------------------------------- reference, cost
+
+
+def cross_entropy_reference(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """cross_entropy with class-index targets in float64, written from torch's definition:
+    log-softmax over dim 1 (dim 0 for a 1-D input), the weighted negative log-likelihood of the
+    target class, the weighted mean of -log p over the classes for label smoothing, ignored
+    targets contributing nothing, ``mean`` dividing both terms by the summed weights of the
+    targets that are not ignored."""
+    x = input.to(torch.float64)
+    cdim = 0 if x.dim() == 1 else 1
+    c = x.shape[cdim]
+    if c == 0:
+        # No classes (every target ignored): torch's label-smoothing term is 0 * (ls / 0) = NaN.
+        fill = math.nan if label_smoothing > 0 else 0.0
+        shape = x.shape[:cdim] + x.shape[cdim + 1:]
+        loss = torch.full(shape, fill, dtype=torch.float64, device=x.device) + 0.0 * x.sum(cdim)
+        if reduction == "none":
+            return loss
+        return loss.sum() if reduction == "sum" else loss.sum() / 0.0
+    logp = torch.log_softmax(x, dim=cdim)
+    w = weight.to(torch.float64) if weight is not None else torch.ones(c, dtype=torch.float64, device=x.device)
+    wshape = [1] * x.dim()
+    wshape[cdim] = c
+    keep = target != ignore_index
+    safe_t = torch.where(keep, target, torch.zeros_like(target))
+    picked = logp.gather(cdim, safe_t.unsqueeze(cdim)).squeeze(cdim)
+    w_t = torch.where(keep, w[safe_t], torch.zeros((), dtype=torch.float64, device=x.device))
+    nll = torch.where(keep, -w_t * picked, torch.zeros((), dtype=torch.float64, device=x.device))
+    loss = nll
+    if label_smoothing > 0:  # as torch: without smoothing, -inf logits do not make 0 * inf
+        smooth = torch.where(keep, -(logp * w.view(wshape)).sum(cdim), torch.zeros((), dtype=torch.float64, device=x.device))
+        loss = (1.0 - label_smoothing) * nll + (label_smoothing / c) * smooth
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / w_t.sum()
+
+
+def _problem(case) -> tuple[int, int]:
+    """(rows, classes) of a case: the class dimension is dim 1 (dim 0 of a 1-D input)."""
+    shape = tuple(case["shape"])
+    c = shape[0] if len(shape) == 1 else shape[1]
+    return (math.prod(shape) // c if c else math.prod(shape[:1] + shape[2:])), c
+
+
+def cross_entropy_cost(case, dtype: torch.dtype) -> Cost:
+    """Forward: read the logits (M*C) once, the targets (M int64) and the class weights (C, when
+    given); write the loss (M elements for ``reduction='none'``, else one). About 4 FLOP per
+    logit (max, subtract, exp, sum), 2 more with label smoothing.
+    ``mode='fwd_bwd'`` adds one write of the gradient (M*C) and about 4 FLOP per logit: the
+    logits are read once in the whole forward+backward (issue 5 counts it so)."""
+    m, c = _problem(case)
+    size = torch.empty((), dtype=dtype).element_size()
+    smooth = case.get("label_smoothing", 0.0) > 0
+    out = m if case.get("reduction", "mean") == "none" else 1
+    byts = m * c * size + 8 * m + (c * size if case.get("weight") else 0) + out * size
+    flops = (4 + 2 * smooth) * m * c
+    if case.get("mode", "fwd") == "fwd_bwd":
+        return Cost(flops=flops + 4 * m * c, bytes=byts + m * c * size)
+    return Cost(flops=flops, bytes=byts)
+
+
+# ----------------------------------------------------------------------------- launch heuristic
+
+# Longest row held on chip by one program (classes); longer rows are split.
+ONE_PASS_MAX_N = 32768
+# Longest segment of a split row held by one program, and the most programs per row.
+SPLIT_SEG = 16384
+MAX_SPLITS = 64
+SPLIT_NUM_WARPS = 16
+# Forward only (no gradient): long rows are split only when there are fewer than this many rows
+# per SM; otherwise one program streams each row once (no waiting).
+FWD_SPLIT_MAX_ROWS_PER_SM = 2
+# Chunk of a long row per loop iteration (rows up to 65536 classes / longer rows).
+ONLINE_BLOCK_N = 8192
+ONLINE_BLOCK_N_LONG = 16384
+# Backward scaling: chunk per loop iteration and programs per SM of its persistent grid.
+SCALE_BLOCK_N = 4096
+SCALE_PROGRAMS_PER_SM = 4
+
+
+class Config(NamedTuple):
+    """Launch configuration of the main kernel. ``splits`` > 0 splits each row across that many
+    programs, each holding a segment of up to BLOCK_N classes; otherwise one program owns
+    BLOCK_M whole rows (on chip when ``one_pass``, else in chunks of BLOCK_N)."""
+
+    one_pass: bool
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    splits: int = 0
+
+
+def _launch_config(n: int, m: int, write_grad: bool, device: torch.device | None = None) -> Config:
+    """Deterministic heuristic from the row length (as softmax's, benchmarks/NOTES.md): rows on
+    chip take tiles of about 2048 elements with 512 elements per warp; longer rows with a
+    gradient to write (or too few rows to fill the device) are split in segments of at most
+    ``SPLIT_SEG`` over at most ``MAX_SPLITS`` programs (and no more than the device's SM count,
+    so that a row's programs can all be resident); beyond that, or forward-only over many rows,
+    the online path in chunks of ``ONLINE_BLOCK_N`` (``ONLINE_BLOCK_N_LONG`` past 65536)."""
+    block_n = next_pow2(n)
+    if block_n <= ONE_PASS_MAX_N:
+        block_m = max(1, 2048 // block_n)
+        return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
+    sms = sm_count(device) if device is not None else 1
+    splits = triton.cdiv(n, SPLIT_SEG)
+    max_splits = MAX_SPLITS if device is None or device.type != "cuda" else min(MAX_SPLITS, sms)
+    if splits <= max_splits and (write_grad or m < FWD_SPLIT_MAX_ROWS_PER_SM * sms):
+        seg = next_pow2(triton.cdiv(n, splits))
+        return Config(True, 1, seg, max(4, min(SPLIT_NUM_WARPS, seg // 512)), splits=splits)
+    if block_n <= 65536:
+        return Config(False, 1, ONLINE_BLOCK_N, max(4, ONLINE_BLOCK_N // 512))
+    return Config(False, 1, ONLINE_BLOCK_N_LONG, max(4, min(32, ONLINE_BLOCK_N_LONG // 512)))
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _cross_entropy_prologue_kernel(
+    t_ptr, w_ptr, scal_ptr, info_ptr, M, C, stride_t, ignore_index,
+    HAS_WEIGHT: tl.constexpr, WEIGHT_SUM: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """One program, fixed order. scal (fp32): [0] the mean's denominator (sum of w[t] over the
+    targets not ignored, or their count), [1] its inverse, [2] the sum of all class weights
+    (``WEIGHT_SUM``; else C). info (int64): [0] number of targets outside [0, C) that are not
+    ignore_index, [1] the first such position (M if none)."""
+    offs = tl.arange(0, BLOCK)
+    den = tl.zeros([BLOCK], tl.float32)
+    bad = tl.zeros([BLOCK], tl.int64)
+    first = tl.full([BLOCK], M, tl.int64)
+    for start in range(0, M, BLOCK):
+        rows = start + offs
+        rmask = rows < M
+        t = tl.load(t_ptr + rows.to(tl.int64) * stride_t, mask=rmask, other=ignore_index)
+        keep = rmask & (t != ignore_index)
+        ok = (t >= 0) & (t < C)
+        is_bad = keep & (~ok)
+        bad += is_bad.to(tl.int64)
+        first = tl.minimum(first, tl.where(is_bad, rows.to(tl.int64), M))
+        if HAS_WEIGHT:
+            den += tl.load(w_ptr + t, mask=keep & ok, other=0.0).to(tl.float32)
+        else:
+            den += tl.where(keep, 1.0, 0.0)
+    total = tl.sum(den, axis=0)
+    tl.store(scal_ptr, total)
+    tl.store(scal_ptr + 1, 1.0 / total)
+    if WEIGHT_SUM:
+        acc = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, C, BLOCK):
+            cols = start + offs
+            acc += tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
+        tl.store(scal_ptr + 2, tl.sum(acc, axis=0))
+    else:
+        tl.store(scal_ptr + 2, C * 1.0)
+    tl.store(info_ptr, tl.sum(bad, axis=0))
+    tl.store(info_ptr + 1, tl.min(first, axis=0))
+
+
+@triton.jit
+def _target_terms(t_ptr, w_ptr, rows64, row_mask, stride_t, ignore_index, C, HAS_WEIGHT: tl.constexpr):
+    """(target, kept, in range, fp32 w[target]) of rows; w[target] is 0 on ignored rows and NaN
+    on rows whose target is out of range (a safety net: the host raises IndexError for them)."""
+    t = tl.load(t_ptr + rows64 * stride_t, mask=row_mask, other=ignore_index)
+    keep = row_mask & (t != ignore_index)
+    ok = (t >= 0) & (t < C)
+    if HAS_WEIGHT:
+        w_t = tl.load(w_ptr + t, mask=keep & ok, other=0.0).to(tl.float32)
+    else:
+        w_t = tl.where(keep, 1.0, 0.0)
+    w_t = tl.where(keep & (~ok), float("nan"), w_t)
+    return t, keep, ok, w_t
+
+
+@triton.jit
+def _row_loss(lse, x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH: tl.constexpr):
+    """Loss of rows from their log-sum-exp, target logit and (SMOOTH) weighted sum of logits;
+    exactly 0 on ignored rows, as torch."""
+    nll = w_t * (lse - x_t)
+    if SMOOTH:
+        loss = (1.0 - label_smoothing) * nll + (label_smoothing / C) * (wsum * lse - sx)
+    else:
+        loss = nll
+    return tl.where(keep, loss, 0.0)
+
+
+@triton.jit
+def _grad_coefs(keep, w_t, gscale, wsum, label_smoothing, C, SMOOTH: tl.constexpr):
+    """(a, b, c) with d loss / d x[j] = a * p[j] - b * [j == target] - c * w[j], already times the
+    reduction's scale; all 0 on ignored rows."""
+    coef = tl.where(keep, gscale, 0.0)
+    if SMOOTH:
+        b = coef * (1.0 - label_smoothing) * w_t
+        a = b + coef * (label_smoothing / C) * wsum
+        c = coef * (label_smoothing / C)
+    else:
+        b = coef * w_t
+        a = b
+        c = coef * 0.0
+    return a, b, c
+
+
+@triton.jit
+def _cross_entropy_fwd_kernel(
+    x_ptr, t_ptr, w_ptr, scal_ptr, loss_ptr, grad_ptr, M, C,
+    stride_xm, stride_xn, stride_t, ignore_index, label_smoothing,
+    HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, WRITE_GRAD: tl.constexpr,
+    ONE_PASS: tl.constexpr, USE_INT64: tl.constexpr, GRAD_RNE: tl.constexpr, LOSS_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Loss (and, WRITE_GRAD, the scaled gradient) of BLOCK_M rows per iteration, the program
+    looping over row blocks pid, pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; one pass when
+    the row fits (ONE_PASS), else an online pass and, for the gradient, a second pass."""
+    cols = tl.arange(0, BLOCK_N)
+    if USE_INT64:
+        cols = cols.to(tl.int64)
+    wsum = tl.load(scal_ptr + 2)
+    if MEAN:
+        gscale = tl.load(scal_ptr + 1)
+    else:
+        gscale = 1.0
+    for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        rows = rows.to(tl.int64)
+        x_rows = x_ptr + rows[:, None] * stride_xm
+        g_rows = grad_ptr + rows[:, None] * C
+        t, keep, ok, w_t = _target_terms(t_ptr, w_ptr, rows, row_mask, stride_t, ignore_index, C, HAS_WEIGHT)
+        if ONE_PASS:
+            cmask = cols < C
+            mask = row_mask[:, None] & cmask[None, :]
+            x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+            m = tl.max(x, axis=1)
+            # Guard a row with nothing finite (exp(-inf - -inf) is NaN); an equality, so NaN
+            # and +inf still flow through as in torch.
+            e = tl.where((m == -float("inf"))[:, None], 0.0, tl.exp(x - m[:, None]))
+            s = tl.sum(e, axis=1)
+            sx = tl.zeros([BLOCK_M], tl.float32)
+            if SMOOTH:
+                if HAS_WEIGHT:
+                    wv = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+                    sx = tl.sum(tl.where(mask, x * wv[None, :], 0.0), axis=1)
+                else:
+                    sx = tl.sum(tl.where(mask, x, 0.0), axis=1)
+        else:
+            m = tl.full([BLOCK_M], -float("inf"), tl.float32)
+            s = tl.zeros([BLOCK_M], tl.float32)
+            if SMOOTH:
+                sx_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for start in range(0, C, BLOCK_N):
+                offs = start + cols
+                cmask = offs < C
+                mask = row_mask[:, None] & cmask[None, :]
+                x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
+                            eviction_policy="evict_last").to(tl.float32)
+                m_new = tl.maximum(m, tl.max(x, axis=1))
+                dead = m_new == -float("inf")
+                alpha = tl.where(dead, 0.0, tl.exp(m - m_new))
+                e = tl.where(dead[:, None], 0.0, tl.exp(x - m_new[:, None]))
+                s = s * alpha + tl.sum(e, axis=1)
+                m = m_new
+                if SMOOTH:
+                    if HAS_WEIGHT:
+                        wv = tl.load(w_ptr + offs, mask=cmask, other=0.0).to(tl.float32)
+                        sx_acc += tl.where(mask, x * wv[None, :], 0.0)
+                    else:
+                        sx_acc += tl.where(mask, x, 0.0)
+            if SMOOTH:
+                sx = tl.sum(sx_acc, axis=1)
+            else:
+                sx = tl.zeros([BLOCK_M], tl.float32)
+        lse = m + tl.log(s)
+        x_t = tl.load(x_ptr + rows * stride_xm + t * stride_xn, mask=keep & ok, other=0.0).to(tl.float32)
+        loss = _row_loss(lse, x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH)
+        tl.store(loss_ptr + rows, _round_for_store(loss, loss_ptr, LOSS_RNE), mask=row_mask)
+        if WRITE_GRAD:
+            a, b, c = _grad_coefs(keep, w_t, gscale, wsum, label_smoothing, C, SMOOTH)
+            if ONE_PASS:
+                g = e * (a / s)[:, None] - tl.where(cols[None, :] == t[:, None], b[:, None], 0.0)
+                if SMOOTH:
+                    if HAS_WEIGHT:
+                        g = g - c[:, None] * wv[None, :]
+                    else:
+                        g = g - c[:, None]
+                tl.store(g_rows + cols[None, :], _round_for_store(g, grad_ptr, GRAD_RNE), mask=mask)
+            else:
+                # The gradient pass walks the row backwards: its last chunks are the likeliest
+                # to still be in L2.
+                a_s = a / s
+                n_chunks = tl.cdiv(C, BLOCK_N)
+                for k in range(0, n_chunks):
+                    offs = (n_chunks - 1 - k) * BLOCK_N + cols
+                    cmask = offs < C
+                    mask = row_mask[:, None] & cmask[None, :]
+                    x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
+                                eviction_policy="evict_first").to(tl.float32)
+                    p = tl.where((m == -float("inf"))[:, None], 0.0, tl.exp(x - m[:, None]))
+                    g = p * a_s[:, None] - tl.where(offs[None, :] == t[:, None], b[:, None], 0.0)
+                    if SMOOTH:
+                        if HAS_WEIGHT:
+                            wv = tl.load(w_ptr + offs, mask=cmask, other=0.0).to(tl.float32)
+                            g = g - c[:, None] * wv[None, :]
+                        else:
+                            g = g - c[:, None]
+                    tl.store(g_rows + offs[None, :], _round_for_store(g, grad_ptr, GRAD_RNE), mask=mask,
+                             eviction_policy="evict_first")
+
+
+@triton.jit
+def _cross_entropy_split_kernel(
+    x_ptr, t_ptr, w_ptr, scal_ptr, loss_ptr, grad_ptr, part_ptr, count_ptr, M, C, SEG,
+    stride_xm, stride_xn, stride_t, ignore_index, label_smoothing,
+    HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, WRITE_GRAD: tl.constexpr,
+    USE_INT64: tl.constexpr, GRAD_RNE: tl.constexpr, LOSS_RNE: tl.constexpr,
+    SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, BLOCK_N: tl.constexpr, PHASE: tl.constexpr,
+):
+    """One segment (SEG <= BLOCK_N classes) of one row per program; a row's SPLITS programs
+    exchange (max, sum of exp, weighted sum of logits) through ``part_ptr`` (fp32 [M, SPLITS, 3])
+    and combine them in a fixed order. Segment 0 writes the row's loss; with WRITE_GRAD every
+    program writes its segment of the gradient from registers. PHASE 0: one launch, programs
+    wait for their row; PHASE 1 then 2: two launches (partials, then the rest) for the
+    interpreter, which runs programs one after another."""
+    row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
+    cols = tl.arange(0, BLOCK_N)
+    offs = seg * SEG + cols
+    if USE_INT64:
+        offs = offs.to(tl.int64)
+    cmask = (cols < SEG) & (offs < C)
+    row64 = row.to(tl.int64)
+    x = tl.load(x_ptr + row64 * stride_xm + offs * stride_xn, mask=cmask, other=-float("inf")).to(tl.float32)
+    part = part_ptr + row64 * (3 * SPLITS)
+    m_k = tl.max(x, axis=0)
+    e = tl.where(m_k == -float("inf"), 0.0, tl.exp(x - m_k))
+    if PHASE != 2:
+        tl.store(part + 3 * seg, m_k)
+        tl.store(part + 3 * seg + 1, tl.sum(e, axis=0))
+        if SMOOTH:
+            if HAS_WEIGHT:
+                wv = tl.load(w_ptr + offs, mask=cmask, other=0.0).to(tl.float32)
+                tl.store(part + 3 * seg + 2, tl.sum(tl.where(cmask, x * wv, 0.0), axis=0))
+            else:
+                tl.store(part + 3 * seg + 2, tl.sum(tl.where(cmask, x, 0.0), axis=0))
+    if PHASE == 0:
+        _post_and_wait(count_ptr, row, SPLITS)
+    if PHASE != 1:
+        k = tl.arange(0, SPLITS_P2)
+        kmask = k < SPLITS
+        pm = tl.load(part + 3 * k, mask=kmask, other=-float("inf"), volatile=True)
+        ps = tl.load(part + 3 * k + 1, mask=kmask, other=0.0, volatile=True)
+        gm = tl.max(pm, axis=0)
+        # Fixed combining order: every program of the row gets bitwise the same (gm, gs).
+        gs = tl.sum(tl.where(pm == -float("inf"), 0.0, ps * tl.exp(pm - gm)), axis=0)
+        lse = gm + tl.log(gs)
+        wsum = tl.load(scal_ptr + 2)
+        t, keep, ok, w_t = _target_terms(t_ptr, w_ptr, row64, row < M, stride_t, ignore_index, C, HAS_WEIGHT)
+        if WRITE_GRAD:
+            if MEAN:
+                gscale = tl.load(scal_ptr + 1)
+            else:
+                gscale = 1.0
+            a, b, c = _grad_coefs(keep, w_t, gscale, wsum, label_smoothing, C, SMOOTH)
+            # p = e * exp(m_k - gm) / gs: the segment's exponentials rescaled, no second exp.
+            g = e * (a * tl.exp(m_k - gm) / gs) - tl.where(offs == t, b, 0.0)
+            if SMOOTH:
+                if HAS_WEIGHT:
+                    g = g - c * tl.load(w_ptr + offs, mask=cmask, other=0.0).to(tl.float32)
+                else:
+                    g = g - c
+            tl.store(grad_ptr + row64 * C + offs, _round_for_store(g, grad_ptr, GRAD_RNE), mask=cmask)
+        if seg == 0:
+            sx = 0.0
+            if SMOOTH:
+                sx = tl.sum(tl.load(part + 3 * k + 2, mask=kmask, other=0.0, volatile=True), axis=0)
+            x_t = tl.load(x_ptr + row64 * stride_xm + t * stride_xn, mask=keep & ok, other=0.0).to(tl.float32)
+            loss = _row_loss(lse, x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH)
+            tl.store(loss_ptr + row64, _round_for_store(loss, loss_ptr, LOSS_RNE))
+
+
+@triton.jit
+def _cross_entropy_reduce_kernel(rows_ptr, scal_ptr, out_ptr, M, MEAN: tl.constexpr, OUT_RNE: tl.constexpr,
+                                 BLOCK: tl.constexpr):
+    """One program: the sum of the M fp32 row losses in a fixed order (divided by the mean's
+    denominator when MEAN), rounded once to the output dtype."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, M, BLOCK):
+        rows = start + offs
+        acc += tl.load(rows_ptr + rows, mask=rows < M, other=0.0)
+    total = tl.sum(acc, axis=0)
+    if MEAN:
+        total = total / tl.load(scal_ptr)
+    tl.store(out_ptr, _round_for_store(total, out_ptr, OUT_RNE))
+
+
+@triton.jit
+def _cross_entropy_scale_grad_kernel(
+    grad_ptr, go_ptr, M, C, TOTAL, stride_go,
+    PER_ROW: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """grad *= grad_output in place, on a small persistent grid. PER_ROW (reduction 'none'): row
+    r times grad_output[r], rows whose grad_output is exactly 1 untouched. Otherwise one scalar
+    read on the device: nothing happens when it is exactly 1 (what ``loss.backward()`` gives);
+    TOTAL = M * C elements. Tile [BLOCK_N]."""
+    pid = tl.program_id(0)
+    npg = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    if PER_ROW:
+        for row in range(pid, M, npg):
+            r = tl.cast(row, tl.int64)
+            go = tl.load(go_ptr + r * stride_go).to(tl.float32)
+            if go != 1.0:
+                for start in range(0, C, BLOCK_N):
+                    offs = start + cols
+                    mask = offs < C
+                    g = tl.load(grad_ptr + r * C + offs, mask=mask, other=0.0).to(tl.float32)
+                    tl.store(grad_ptr + r * C + offs, _round_for_store(g * go, grad_ptr, BF16_RNE), mask=mask)
+    else:
+        go = tl.load(go_ptr).to(tl.float32)
+        if go != 1.0:
+            if USE_INT64:
+                cols = cols.to(tl.int64)
+            for blk in range(pid, tl.cdiv(TOTAL, BLOCK_N), npg):
+                if USE_INT64:
+                    offs = tl.cast(blk, tl.int64) * BLOCK_N + cols
+                else:
+                    offs = blk * BLOCK_N + cols
+                mask = offs < TOTAL
+                g = tl.load(grad_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                tl.store(grad_ptr + offs, _round_for_store(g * go, grad_ptr, BF16_RNE), mask=mask)
+
+
+# ----------------------------------------------------------------------------- host launchers
+
+
+def _split_phases() -> tuple[int, ...]:
+    """One fused launch on the GPU; two launches (partials, then the rest) under the interpreter,
+    which runs a grid's programs one after another (a waiting program would spin forever).
+    ``ROOFKIT_SOFTMAX_SPLIT_PHASES=2`` (the switch softmax's split kernels read) forces the
+    two-launch form on the GPU too."""
+    if interpreter_active() or os.environ.get("ROOFKIT_SOFTMAX_SPLIT_PHASES") == "2":
+        return (1, 2)
+    return (0,)
+
+
+class _IndexCheck:
+    """Reads the prologue's out-of-range count back to the host without stalling the GPU: the
+    count is copied to pinned memory and an event recorded right after the prologue, the main
+    kernels are enqueued, and only then does the host wait for that event (the main kernel is
+    already queued behind it, so the device does not idle while the host checks). Skipped while
+    a CUDA graph is being captured (no host reads then; such rows give NaN)."""
+
+    def __init__(self, info: torch.Tensor):
+        self.info, self.event, self.host = info, None, None
+        if info.device.type == "cuda":
+            if torch.cuda.is_current_stream_capturing():
+                self.info = None
+                return
+            self.host = torch.empty(info.shape, dtype=info.dtype, pin_memory=True)
+            self.host.copy_(info, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def raise_if_bad(self, target: torch.Tensor, c: int, ignore_index: int) -> None:
+        if self.info is None:
+            return
+        if self.event is not None:
+            self.event.synchronize()
+            n_bad, first = (int(v) for v in self.host.tolist())
+        else:
+            n_bad, first = (int(v) for v in self.info.tolist())
+        if n_bad:
+            value = int(target[first])
+            raise IndexError(
+                f"roofkit.cross_entropy: target must hold class indices in [0, {c}) or ignore_index "
+                f"({ignore_index}); {n_bad} do not, the first at (flattened) position {first}: {value}"
+            )
+
+
+def _empty_result(x: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str, ls: float,
+                  write_grad: bool):
+    """Results for zero rows or zero classes, without a kernel (torch's values: the mean over
+    nothing is NaN; with zero classes every target must be ignored, and label smoothing gives
+    NaN, as 0 * inf in torch's formula)."""
+    m, c = x.shape
+    if c == 0 and m and bool((target != ignore_index).any()):
+        raise IndexError(f"roofkit.cross_entropy: input has 0 classes, so every target must be ignore_index ({ignore_index})")
+    fill = math.nan if (ls > 0 and m) else 0.0
+    if reduction == "none":
+        loss = torch.full((m,), fill, dtype=x.dtype, device=x.device)
+    elif reduction == "sum":
+        loss = torch.full((), fill, dtype=x.dtype, device=x.device)
+    else:
+        loss = torch.full((), math.nan, dtype=x.dtype, device=x.device)
+    grad = torch.empty((m, c), dtype=x.dtype, device=x.device) if write_grad else None
+    return loss, grad
+
+
+def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str, label_smoothing: float,
+                           write_grad: bool, config: Config | None = None):
+    """(loss, gradient or None) of 2-D logits ``x`` (M, C) and 1-D ``target`` (M,)."""
+    m, c = x.shape
+    if m == 0 or c == 0:
+        return _empty_result(x, target, ignore_index, reduction, label_smoothing, write_grad)
+    dev = x.device
+    none = reduction == "none"
+    mean = reduction == "mean"
+    smooth = label_smoothing > 0
+    has_w = weight is not None
+    w = weight if has_w else x  # never read without HAS_WEIGHT
+    scal = torch.empty(3, dtype=torch.float32, device=dev)
+    info = torch.empty(2, dtype=torch.int64, device=dev)
+    _cross_entropy_prologue_kernel[(1,)](
+        target, w, scal, info, m, c, target.stride(0), ignore_index,
+        HAS_WEIGHT=has_w, WEIGHT_SUM=has_w and smooth, BLOCK=1024, num_warps=4,
+    )
+    check = _IndexCheck(info)
+
+    loss_rows = torch.empty((m,), dtype=x.dtype if none else torch.float32, device=dev)
+    grad = torch.empty((m, c), dtype=x.dtype, device=dev) if write_grad else None
+    g = grad if write_grad else loss_rows  # never written without WRITE_GRAD
+    cfg = config or _launch_config(c, m, write_grad, dev)
+    use_int64 = needs_int64(c * x.stride(1), c)
+    common = dict(
+        HAS_WEIGHT=has_w, SMOOTH=smooth, MEAN=mean, WRITE_GRAD=write_grad, USE_INT64=use_int64,
+        GRAD_RNE=bf16_rne(x.dtype), LOSS_RNE=bf16_rne(loss_rows.dtype), num_warps=cfg.num_warps,
+    )
+    if cfg.splits:
+        seg = triton.cdiv(c, cfg.splits)
+        part = torch.empty((m, cfg.splits, 3), dtype=torch.float32, device=dev)
+        count = torch.zeros(m + 1, dtype=torch.int32, device=dev)
+        for phase in _split_phases():
+            _cross_entropy_split_kernel[(m * cfg.splits,)](
+                x, target, w, scal, loss_rows, g, part, count, m, c, seg,
+                x.stride(0), x.stride(1), target.stride(0), ignore_index, label_smoothing,
+                SPLITS=cfg.splits, SPLITS_P2=next_pow2(cfg.splits), BLOCK_N=cfg.BLOCK_N, PHASE=phase, **common,
+            )
+    else:
+        _cross_entropy_fwd_kernel[(triton.cdiv(m, cfg.BLOCK_M),)](
+            x, target, w, scal, loss_rows, g, m, c,
+            x.stride(0), x.stride(1), target.stride(0), ignore_index, label_smoothing,
+            ONE_PASS=cfg.one_pass, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **common,
+        )
+    if none:
+        loss = loss_rows
+    else:
+        loss = torch.empty((), dtype=x.dtype, device=dev)
+        _cross_entropy_reduce_kernel[(1,)](loss_rows, scal, loss, m, MEAN=mean, OUT_RNE=bf16_rne(x.dtype),
+                                           BLOCK=1024, num_warps=4)
+    check.raise_if_bad(target, c, ignore_index)
+    return loss, grad
+
+
+def _scale_grad(grad: torch.Tensor, grad_output: torch.Tensor) -> None:
+    """grad *= grad_output (a scalar, or one value per row) in place on the device."""
+    m, c = grad.shape
+    if grad.numel() == 0:
+        return
+    per_row = grad_output.dim() == 1
+    go = grad_output if grad_output.dtype in FLOAT_DTYPES else grad_output.float()
+    if per_row:
+        work = m
+    else:
+        go = go.reshape(())
+        work = triton.cdiv(m * c, SCALE_BLOCK_N)
+    grid = max(1, min(work, SCALE_PROGRAMS_PER_SM * sm_count(grad.device)))
+    _cross_entropy_scale_grad_kernel[(grid,)](
+        grad, go, m, c, m * c, go.stride(0) if per_row else 0,
+        PER_ROW=per_row, USE_INT64=needs_int64(m * c), BF16_RNE=bf16_rne(grad.dtype), BLOCK_N=SCALE_BLOCK_N,
+        num_warps=8,
+    )
+
+
+# ----------------------------------------------------------------------------- custom ops, autograd
+
+
+def _fake_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
+    return x.new_empty((x.shape[0],) if reduction == "none" else ())
+
+
+@torch.library.custom_op("roofkit::cross_entropy_fwd", mutates_args=())
+def _cross_entropy_fwd_op(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+                          reduction: str, label_smoothing: float) -> torch.Tensor:
+    return _cross_entropy_forward(x, target, weight, ignore_index, reduction, label_smoothing, False)[0]
+
+
+@_cross_entropy_fwd_op.register_fake
+def _(x, target, weight, ignore_index, reduction, label_smoothing):
+    return _fake_loss(x, reduction)
+
+
+@torch.library.custom_op("roofkit::cross_entropy_fused", mutates_args=())
+def _cross_entropy_fused_op(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+                            reduction: str, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _cross_entropy_forward(x, target, weight, ignore_index, reduction, label_smoothing, True)
+
+
+@_cross_entropy_fused_op.register_fake
+def _(x, target, weight, ignore_index, reduction, label_smoothing):
+    return _fake_loss(x, reduction), torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("roofkit::cross_entropy_scale_grad", mutates_args=("grad",))
+def _cross_entropy_scale_grad_op(grad: torch.Tensor, grad_output: torch.Tensor) -> None:
+    _scale_grad(grad, grad_output)
+
+
+@_cross_entropy_scale_grad_op.register_fake
+def _(grad, grad_output):
+    return None
+
+
+def _setup_context(ctx, inputs, output):
+    _, grad = output
+    ctx.save_for_backward(grad)
+    ctx.mark_non_differentiable(grad)
+
+
+def _backward(ctx, grad_loss, grad_grad):
+    # The gradient was written by the forward; it is scaled in place (the saved tensor is
+    # consumed: a second backward through the same graph fails autograd's version check).
+    (grad,) = ctx.saved_tensors
+    if grad_loss is None:
+        return None, None, None, None, None, None
+    _cross_entropy_scale_grad_op(grad, grad_loss)
+    return grad, None, None, None, None, None
+
+
+torch.library.register_autograd("roofkit::cross_entropy_fused", _backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------- public function
+
+
+def cross_entropy(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
+    """Cross-entropy between logits and class-index targets:
+    loss_i = (1-ls) * w[t_i] * (lse_i - x[i, t_i]) + (ls/C) * sum_c w[c] * (lse_i - x[i, c]).
+
+    Mirrors ``torch.nn.functional.cross_entropy`` with class-index targets (without the
+    deprecated ``size_average`` / ``reduce`` arguments).
+
+    Args:
+        input: float32, float16 or bfloat16 logits (M, C), any strides; or (C,) with a 0-d
+            target; or (N, C, d1, ...) with target (N, d1, ...) (moved to (N*d1*..., C) by a
+            copy). On CUDA (or on CPU with TRITON_INTERPRET=1). C up to 2**31 - 1.
+        target: int64 class indices of the shape above, on the input's device; values in
+            [0, C), or ``ignore_index`` for rows that count for nothing.
+        weight: optional per-class weights (C,) of the input's dtype, on the input's device.
+        ignore_index: target value whose rows are excluded (loss 0, gradient 0, not counted by
+            the mean).
+        reduction: ``"none"`` (one loss per row), ``"mean"`` (sum divided by the summed weights
+            of the targets not ignored: NaN when all are ignored or there are no rows) or
+            ``"sum"``.
+        label_smoothing: in [0, 1]; the target distribution mixes (1 - ls) of the one-hot
+            target with ls of the uniform one, as torch (weighted as torch weights it).
+    Returns:
+        A tensor of the input's dtype: 0-d for "mean" / "sum", the target's shape for "none".
+    Raises:
+        TypeError: input / weight not a float32/float16/bfloat16 dense tensor or weight dtype
+            different from input's; target not an int64 tensor; ignore_index not an int;
+            reduction not a str; label_smoothing not a real number.
+        NotImplementedError: floating-point (class-probability) targets.
+        ValueError: shapes that do not match (target vs input, weight vs C), a 0-d input,
+            unknown reduction, label_smoothing outside [0, 1], tensors on an unsupported or
+            different device.
+        IndexError: a target outside [0, C) that is not ignore_index (checked on the device; the
+            host reads one count after the kernels are queued, so the GPU does not idle).
+    Numerics:
+        float32 throughout (online log-sum-exp; the exponentials rescaled, not recomputed),
+        one rounding to the output dtype; the mean and sum add the float32 row losses in a fixed
+        order, so results are bitwise reproducible. When the input requires a gradient, the
+        forward writes it (input dtype, already scaled by the reduction) and the backward
+        multiplies it by grad_output in place, doing nothing when grad_output is exactly 1.
+        That makes the backward single-use: a second backward through the same graph raises
+        autograd's "modified by an inplace operation" error. No float32 (M, C) buffer is ever
+        allocated. No gradient for ``weight`` (torch has none either). First order only.
+    Cost:
+        Forward: one read of the logits (M*C elements) plus the targets; with a gradient, one
+        write of it (M*C). Rows over ``MAX_SPLITS * SPLIT_SEG`` classes with a gradient read the
+        logits twice. About 4 FLOP per logit forward (6 with label smoothing), 4 more for the
+        gradient.
+    Source:
+        Milakov & Gimelshein 2018 (online normalizer); Szegedy et al. 2016 (label smoothing);
+        gradient written in the forward as in Liger-Kernel (Hsu et al. 2024).
+    """
+    op = "cross_entropy"
+    check_tensor(op, "input", input)
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"roofkit.{op}: target must be a torch.Tensor, got {type(target).__name__}")
+    if target.is_floating_point():
+        if target.shape == input.shape:
+            raise NotImplementedError(
+                f"roofkit.{op}: class-probability targets (floating-point target of the input's shape) "
+                "are not supported; pass int64 class indices"
+            )
+        raise TypeError(f"roofkit.{op}: target must be int64 class indices, got {str(target.dtype).removeprefix('torch.')}")
+    check_tensor(op, "target", target, dtypes=(torch.int64,))
+    check_same_device(op, "target", target, input)
+    if isinstance(ignore_index, bool):
+        raise TypeError(f"roofkit.{op}: ignore_index must be an int, got bool")
+    try:
+        ignore_index = operator.index(ignore_index)
+    except TypeError:
+        raise TypeError(f"roofkit.{op}: ignore_index must be an int, got {type(ignore_index).__name__}") from None
+    if not isinstance(reduction, str):
+        raise TypeError(f"roofkit.{op}: reduction must be a str, one of {REDUCTIONS}; got {type(reduction).__name__}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"roofkit.{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real):
+        raise TypeError(f"roofkit.{op}: label_smoothing must be a real number, got {type(label_smoothing).__name__}")
+    label_smoothing = float(label_smoothing)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"roofkit.{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+
+    # Shapes: (M, C) with target (M,); (C,) with a 0-d target; (N, C, d1, ...) with (N, d1, ...).
+    if input.dim() == 0:
+        raise ValueError(f"roofkit.{op}: input must have at least one dimension (the classes), got a 0-d tensor")
+    c = input.shape[0] if input.dim() == 1 else input.shape[1]
+    expected = () if input.dim() == 1 else (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != expected:
+        raise ValueError(
+            f"roofkit.{op}: target must have shape {expected} for input of shape {tuple(input.shape)} "
+            f"(classes along dim {0 if input.dim() == 1 else 1}); got {tuple(target.shape)}"
+        )
+    if weight is not None:
+        check_tensor(op, "weight", weight)
+        check_same_device(op, "weight", weight, input)
+        if tuple(weight.shape) != (c,):
+            raise ValueError(f"roofkit.{op}: weight must have shape ({c},) (one per class), got {tuple(weight.shape)}")
+        if weight.dtype != input.dtype:
+            raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
+        weight = weight.contiguous()
+    if input.dim() == 1:
+        x2, t1 = input.unsqueeze(0), target.reshape(1)
+    elif input.dim() == 2:
+        x2, t1 = input, target
+    else:
+        x2, t1 = input.movedim(1, -1).reshape(-1, c), target.reshape(-1)
+
+    args = (x2, t1, weight, ignore_index, reduction, label_smoothing)
+    if x2.requires_grad and torch.is_grad_enabled():
+        loss, _ = _cross_entropy_fused_op(*args)
+    else:
+        loss = _cross_entropy_fwd_op(*args)
+    if reduction == "none":
+        loss = loss.reshape(expected)
+    return loss
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def _make_inputs(case, dtype, generator, device) -> Inputs:
+    shape = tuple(case["shape"])
+    x = random_tensor(shape, dtype, generator, device, case.get("dist", "normal"),
+                      magnitude=case.get("magnitude", 30.0), layout=case.get("layout", "contiguous"))
+    gdev = generator.device
+    c = shape[0] if len(shape) == 1 else shape[1]
+    tshape = () if len(shape) == 1 else (shape[0],) + shape[2:]
+    ignore_index = case.get("ignore_index", -100)
+    target = torch.randint(0, max(c, 1), tshape, generator=generator, device=gdev)
+    ignored = torch.rand(tshape, generator=generator, device=gdev) < case.get("ignore_frac", 0.15)
+    target = torch.where(ignored, torch.full_like(target, ignore_index), target).to(device)
+    kwargs = {"ignore_index": ignore_index, "reduction": case.get("reduction", "mean"),
+              "label_smoothing": case.get("label_smoothing", 0.0)}
+    if case.get("weight"):
+        # Weights in [0.25, 1.75], some classes 0: an implementation ignoring them must fail.
+        w = 0.25 + 1.5 * torch.rand((c,), generator=generator, device=gdev)
+        w = torch.where(torch.rand((c,), generator=generator, device=gdev) < 0.05, torch.zeros_like(w), w)
+        kwargs["weight"] = w.to(device=device, dtype=dtype)
+    if case.get("target_layout"):
+        target = with_layout(target, case["target_layout"])
+    return Inputs((x, target), kwargs)
+
+
+_F32 = (torch.float32,)
+_BF16 = (torch.bfloat16,)
+
+CASES = [
+    case("tiny_1x1", ["quick"], shape=(1, 1), ignore_frac=0.0),
+    case("odd_3x7", ["quick"], shape=(3, 7), ignore_frac=0.0),
+    case("prime_37x781", shape=(37, 781)),
+    case("sum_5x100", shape=(5, 100), reduction="sum"),
+    case("none_6x50", ["quick"], shape=(6, 50), reduction="none"),
+    case("weight_mean_7x33", shape=(7, 33), weight=True),
+    case("weight_none_7x33", shape=(7, 33), weight=True, reduction="none"),
+    case("smoothing_mean_6x40", shape=(6, 40), label_smoothing=0.1),
+    case("smoothing_weight_mean_9x40", shape=(9, 40), label_smoothing=0.2, weight=True),
+    case("smoothing_weight_sum_9x40", shape=(9, 40), label_smoothing=0.3, weight=True, reduction="sum"),
+    case("smoothing_none_6x40", shape=(6, 40), label_smoothing=1.0, reduction="none"),
+    case("all_ignored_mean_4x20", shape=(4, 20), ignore_frac=1.0),
+    case("all_ignored_sum_4x20", shape=(4, 20), ignore_frac=1.0, reduction="sum", label_smoothing=0.1),
+    case("ignore_index_in_range_8x10", shape=(8, 10), ignore_index=3, weight=True),
+    case("vector_input_scalar_target_50", shape=(50,), ignore_frac=0.0),
+    case("spatial_2x5x3x4", shape=(2, 5, 3, 4), reduction="none", weight=True),
+    case("spatial_mean_2x6x7", shape=(2, 6, 7), label_smoothing=0.1),
+    case("transposed_16x33", shape=(16, 33), layout="transposed"),
+    case("offset_9x65", shape=(9, 65), layout="offset"),
+    case("strided_9x65", shape=(9, 65), layout="strided", target_layout="strided"),
+    case("expanded_rows_5x40", shape=(5, 40), layout="expanded"),
+    case("grad_ones_8x64", shape=(8, 64), grad_output="ones"),
+    case("neg_inf_8x129", shape=(8, 129), dist="neg_inf", reduction="none"),
+    case("nan_8x129", shape=(8, 129), dist="nan", reduction="none"),
+    case("large_logits_8x300", shape=(8, 300), dist="large", magnitude=1e3),
+    case("ties_8x129", shape=(8, 129), dist="ties"),
+    case("arange_5x1000", shape=(5, 1000), dist="arange", reduction="sum"),
+    case("forward_only_6x50", shape=(6, 50), label_smoothing=0.1, weight=True, grad=False),
+    case("empty_rows_0x7", ["quick"], shape=(0, 7)),
+    case("empty_rows_sum_0x7", shape=(0, 7), reduction="sum"),
+    case("empty_classes_all_ignored_3x0", shape=(3, 0), ignore_frac=1.0, reduction="none"),
+    # On the GPU (``pytest -m gpu``): issue 5's acceptance shapes and every kernel path.
+    case("gpu_vocab_32000_one_pass", ["gpu"], shape=(512, 32000)),
+    case("gpu_vocab_50257", ["gpu"], shape=(512, 50257)),
+    case("gpu_vocab_128256", ["gpu"], shape=(256, 128256), dtypes=(torch.bfloat16, torch.float32)),
+    case("gpu_vocab_128256_none_weight_smoothing", ["gpu"], shape=(256, 128256), reduction="none", weight=True,
+         label_smoothing=0.1, dtypes=_BF16),
+    case("gpu_vocab_262144", ["gpu"], shape=(128, 262144), dtypes=(torch.bfloat16, torch.float32)),
+    case("gpu_vocab_262144_smoothing", ["gpu"], shape=(128, 262144), label_smoothing=0.1, dtypes=_BF16),
+    case("gpu_vocab_2000000_online", ["gpu"], shape=(8, 2000000), dtypes=_F32),
+    case("gpu_all_ignored_128256", ["gpu"], shape=(64, 128256), ignore_frac=1.0, dtypes=_BF16),
+    case("gpu_forward_only_128256", ["gpu"], shape=(256, 128256), grad=False, dtypes=_BF16),
+    case("gpu_forward_only_few_rows_262144", ["gpu"], shape=(8, 262144), grad=False, label_smoothing=0.1,
+         dtypes=_BF16),
+    case("gpu_neg_inf_50257", ["gpu"], shape=(256, 50257), dist="neg_inf", reduction="none", dtypes=_BF16),
+    case("gpu_transposed_4096x3000", ["gpu"], shape=(4096, 3000), layout="transposed"),
+    case("gpu_grad_ones_128256", ["gpu"], shape=(256, 128256), grad_output="ones", dtypes=_BF16),
+    case("gpu_over_2pow31_elements", ["gpu", "slow"], shape=(16385, 131072), dtypes=_BF16),
+]
+
+SUITES = {
+    # llama3-8b: vocab 128256, 8192 tokens. The fwd_bwd row is what training does:
+    # loss.backward() on a scalar loss (grad_output exactly 1).
+    "llama3-8b": [
+        case("logits_8192x128256", shape=(8192, 128256), dtypes=_BF16),
+        case("logits_8192x128256_fwd_bwd", shape=(8192, 128256), dtypes=_BF16, mode="fwd_bwd", grad_output="ones"),
+    ],
+    # gpt2: vocab 50257, 16 sequences of 1024 tokens.
+    "gpt2": [
+        case("logits_16384x50257", shape=(16384, 50257), dtypes=_BF16),
+        case("logits_16384x50257_fwd_bwd", shape=(16384, 50257), dtypes=_BF16, mode="fwd_bwd", grad_output="ones"),
+    ],
+    # Issue 5's acceptance: vocab 50257, 128256 and 262144, all-ignored rows, label smoothing;
+    # >= 3500 GB/s forward+backward at 8192x128256 bf16.
+    "acceptance": [
+        case("logits_8192x128256_fwd_bwd", shape=(8192, 128256), dtypes=_BF16, mode="fwd_bwd", grad_output="ones"),
+        case("logits_8192x128256", shape=(8192, 128256), dtypes=_BF16),
+        case("logits_16384x50257_fwd_bwd", shape=(16384, 50257), dtypes=_BF16, mode="fwd_bwd", grad_output="ones"),
+        case("logits_4096x262144_fwd_bwd", shape=(4096, 262144), dtypes=_BF16, mode="fwd_bwd", grad_output="ones"),
+        case("smoothing_8192x128256_fwd_bwd", shape=(8192, 128256), dtypes=_BF16, mode="fwd_bwd", grad_output="ones",
+             label_smoothing=0.1),
+        case("half_ignored_8192x128256_fwd_bwd", shape=(8192, 128256), dtypes=_BF16, mode="fwd_bwd",
+             grad_output="ones", ignore_frac=0.5),
+    ],
+}
+
+
+def _liger():
+    try:
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+    except ImportError:
+        return None
+
+    def run(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        if input.dim() != 2:
+            raise NotImplementedError("Liger's cross-entropy takes 2-D logits")
+        x = input
+        if input.requires_grad:
+            # Liger writes the gradient into its input's storage; the copy keeps the harness's
+            # shared logits intact. It costs one more read and write of the logits, so Liger's
+            # fwd_bwd figure here understates its kernel (see the ops module's notes).
+            x = input.clone()
+        return LigerCrossEntropyFunction.apply(x, target, weight, ignore_index, 0.0, label_smoothing, reduction)[0]
+
+    return run
+
+
+SPEC = OpSpec(
+    name="cross_entropy",
+    impl=cross_entropy,
+    reference=cross_entropy_reference,
+    torch_impl=F.cross_entropy,
+    make_inputs=_make_inputs,
+    cost=cross_entropy_cost,
+    reduction_length=lambda case: _problem(case)[1],
+    dtypes=FLOAT_DTYPES,
+    cases=CASES,
+    suites=SUITES,
+    baselines={"torch": lambda: F.cross_entropy, "torch.compile": baselines.compiled(F.cross_entropy),
+               "liger": _liger, "flaggems": baselines.flaggems(F.cross_entropy)},
+    grad_args=(0,),
+    marker="cross_entropy",
+)
+
+SPECS = (SPEC,)

@@ -1,0 +1,936 @@
+"""embedding_bag: sums, means or maxima of bags of embedding rows, forward and backward.
+
+    out[b] = reduce_{i in bag b, input[i] != padding_idx} psw[i] * weight[input[i]]
+
+Program mapping. Forward: one program per (bag, block of BLOCK_D columns); it walks its bag
+BLOCK_L indices at a time, gathering a [BLOCK_L, BLOCK_D] tile of weight rows per step (BLOCK_L
+rows in flight), reduces in float32 and writes its output row once. The same pass checks every
+index against the table and every offset against the input (masked loads, so nothing outside the
+table is read) and raises a flag that the host reads once after the launch.
+Backward (dense): the indices are sorted with their positions (torch.sort, stable); the sorted
+array is cut into fixed spans of E entries, one program per span (so a hot row of a power-law
+distribution is spread over many programs). A program gathers grad_output[bag of each entry]
+(times the per-sample weight, or 1/bag size), sums runs of equal indices with a segmented scan,
+and writes each row it owns completely, once; a row cut by a span boundary is written as partials
+that a second kernel adds in span order; a third kernel writes zeros over the rows no index
+touched. Deterministic (fixed order everywhere), no atomics.
+Source: torch.nn.functional.embedding_bag (semantics); Naumov et al., "Deep Learning
+Recommendation Model for Personalization and Recommendation Systems" (2019) (DLRM shapes);
+Blelloch, "Prefix sums and their applications" (1990) (segmented scan).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from ..harness import baselines
+from ..harness.inputs import random_tensor
+from ..harness.spec import Cost, Inputs, OpSpec, case
+from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, sm_count
+from ._jit import _round_for_store
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+MODES = {"sum": 0, "mean": 1, "max": 2}
+MODE_SUM, MODE_MEAN, MODE_MAX = 0, 1, 2
+
+# ----------------------------------------------------------------------------- reference, cost
+
+
+def embedding_bag_reference(input, weight, offsets=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                            mode="mean", sparse=False, per_sample_weights=None, include_last_offset=False,
+                            padding_idx=None):
+    """embedding_bag in float64 (``weight`` and ``per_sample_weights`` arrive as float64):
+    torch's own implementation, whose empty-bag, padding and include_last_offset behaviour this
+    module mirrors (checked in tests/ops/test_embedding_bag.py against a hand-written loop)."""
+    return F.embedding_bag(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+                           per_sample_weights, include_last_offset, padding_idx)
+
+
+def _index_bytes(case) -> int:
+    return 4 if case.get("index_dtype", "int64") == "int32" else 8
+
+
+def embedding_bag_cost(case, dtype: torch.dtype) -> Cost:
+    """Forward: read the N indices (and B+1 offsets, and N per-sample weights), the N requested
+    weight rows (every index counts, repeated or not: "requested bytes"), write B x D outputs;
+    D FLOP per index (2 D with per-sample weights). ``mode='fwd_bwd'`` adds the backward: read
+    grad_output (B x D) and the N indices (and N per-sample weights), write the dense V x D
+    weight gradient once; D FLOP per index. Ragged cases draw N = B * L indices exactly."""
+    b, length = case["shape"]
+    d, v = case["dim"], case["num_embeddings"]
+    n = b * length
+    w = torch.empty((), dtype=dtype).element_size()
+    isz = _index_bytes(case)
+    psw = case.get("psw", False)
+    fwd_bytes = n * isz + n * d * w + b * d * w + (n * w if psw else 0)
+    if case.get("layout", "offsets") == "offsets":
+        fwd_bytes += (b + 1) * isz
+    flops = n * d * (2 if psw else 1)
+    if case.get("mode", "fwd") == "fwd_bwd":
+        bwd_bytes = b * d * w + n * isz + v * d * w + (n * w if psw else 0)
+        return Cost(flops=flops + n * d, bytes=fwd_bytes + bwd_bytes)
+    return Cost(flops=flops, bytes=fwd_bytes)
+
+
+# ----------------------------------------------------------------------------- launch heuristic
+
+FWD_TILE = 4096  # elements of the forward's [BLOCK_L, BLOCK_D] tile
+FWD_MAX_BLOCK_L = 64
+BWD_TILE = 4096  # elements of the backward's [BLOCK_K, BLOCK_D] tile
+BWD_MAX_BLOCK_D = 256
+BWD_MAX_CHUNKS = 16  # BLOCK_K-entry chunks per backward span (E = chunks * BLOCK_K)
+BWD_PROGRAMS_PER_SM = 8
+FIXUP_BLOCK_P = 32  # partials summed per step by the fix-up kernel
+ZERO_TILE = 4096
+
+
+class FwdConfig(NamedTuple):
+    BLOCK_L: int
+    BLOCK_D: int
+    num_warps: int
+
+
+class BwdConfig(NamedTuple):
+    BLOCK_K: int
+    BLOCK_D: int
+    E: int  # sorted entries per program (a multiple of BLOCK_K)
+    num_warps: int
+
+
+def _warps(tile: int) -> int:
+    return 4 if tile >= 2048 else (2 if tile >= 512 else 1)
+
+
+def _fwd_config(avg_len: float, d: int, elem_size: int) -> FwdConfig:
+    """Tiles of about FWD_TILE elements: the whole row when it fits (up to 8 KiB of it), then as
+    many indices of the bag as fill the tile (up to the bag's average length and
+    FWD_MAX_BLOCK_L), so one step keeps a bag's rows in flight together."""
+    block_d = min(next_pow2(d), 8192 // elem_size)
+    block_l = min(next_pow2(math.ceil(avg_len)), max(1, FWD_TILE // block_d), FWD_MAX_BLOCK_L)
+    return FwdConfig(block_l, block_d, _warps(block_l * block_d))
+
+
+def _bwd_config(n: int, d: int, device: torch.device) -> BwdConfig:
+    """[BLOCK_K, BLOCK_D] tiles of about BWD_TILE elements; spans of E = chunks * BLOCK_K sorted
+    entries, as long as possible (fewer rows cut by span boundaries) while the grid still has
+    about BWD_PROGRAMS_PER_SM programs per SM (read from the device)."""
+    block_d = min(next_pow2(d), BWD_MAX_BLOCK_D)
+    block_k = max(16, min(64, BWD_TILE // block_d, next_pow2(n)))
+    d_blocks = triton.cdiv(d, block_d)
+    want = max(1, BWD_PROGRAMS_PER_SM * sm_count(device) // d_blocks)
+    chunks = max(1, min(BWD_MAX_CHUNKS, n // (block_k * want)))
+    return BwdConfig(block_k, block_d, chunks * block_k, _warps(block_k * block_d))
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _embedding_bag_fwd_kernel(
+    idx_ptr, off_ptr, w_ptr, psw_ptr, out_ptr, count_ptr, argmax_ptr, bag_ptr, err_ptr,
+    N, V, D, L, B, n_off, padding_idx,
+    stride_wv, stride_wd,
+    MODE: tl.constexpr, HAS_OFFSETS: tl.constexpr, HAS_PSW: tl.constexpr, HAS_PAD: tl.constexpr,
+    WRITE_ARGMAX: tl.constexpr, WRITE_BAGS: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """One bag's output over BLOCK_D columns, walking the bag BLOCK_L indices per step (tile
+    [BLOCK_L, BLOCK_D] of gathered rows). Flags bad indices (err[0]) and bad offsets (err[1])."""
+    bag = tl.program_id(0).to(tl.int64)
+    pid_d = tl.program_id(1)
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    if HAS_OFFSETS:
+        start = tl.load(off_ptr + bag).to(tl.int64)
+        # As torch: the last bag runs to the end of the input (a trailing include_last_offset
+        # entry is only checked).
+        end = tl.load(off_ptr + bag + 1, mask=bag + 1 < B, other=N).to(tl.int64)
+        last = tl.load(off_ptr + bag + 1, mask=(bag + 1 == B) & (n_off > B), other=N).to(tl.int64)
+        bad_off = (start < 0) | (start > end) | (end > N) | ((bag == 0) & (start != 0)) | (last < start) | (last > N)
+        tl.store(err_ptr + 1, 1, mask=bad_off)
+        start = tl.minimum(tl.maximum(start, 0), N)
+        end = tl.minimum(tl.maximum(end, start), N)
+    else:
+        start = bag * L
+        end = start + L
+    lanes = tl.arange(0, BLOCK_L).to(tl.int64)  # positions may pass 2**31
+    bad = tl.zeros([BLOCK_L], tl.int32)
+    cnt = tl.zeros([BLOCK_L], tl.int32)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    best = tl.full([BLOCK_D], float("-inf"), tl.float32)
+    best_pos = tl.full([BLOCK_D], -1, tl.int64)
+    for s in range(start, end, BLOCK_L):
+        pos = s + lanes
+        in_bag = pos < end
+        idx = tl.load(idx_ptr + pos, mask=in_bag, other=0).to(tl.int64)
+        in_table = (idx >= 0) & (idx < V)
+        bad = bad | (in_bag & ~in_table).to(tl.int32)
+        keep = in_bag & in_table
+        if HAS_PAD:
+            keep = keep & (idx != padding_idx)
+        cnt += keep.to(tl.int32)
+        m2 = keep[:, None] & col_mask[None, :]
+        x = tl.load(w_ptr + idx[:, None] * stride_wv + cols[None, :] * stride_wd, mask=m2, other=0.0).to(tl.float32)
+        if HAS_PSW:
+            x = x * tl.load(psw_ptr + pos, mask=keep, other=0.0).to(tl.float32)[:, None]
+        if MODE == 2:
+            xm = tl.where(m2, x, float("-inf"))
+            step_max = tl.max(xm, axis=0)
+            # First position holding the step's maximum (torch keeps the first of tied maxima).
+            step_pos = tl.min(tl.where(m2 & (xm == step_max[None, :]), pos[:, None], 9223372036854775807), axis=0)
+            found = step_pos != 9223372036854775807
+            take = found & ((step_max > best) | (best_pos < 0))
+            best = tl.where(take, step_max, best)
+            best_pos = tl.where(take, step_pos, best_pos)
+        else:
+            acc += tl.sum(x, axis=0)
+        if WRITE_BAGS:
+            tl.store(bag_ptr + pos, tl.zeros([BLOCK_L], bag_ptr.dtype.element_ty) + bag.to(bag_ptr.dtype.element_ty),
+                     mask=in_bag & (pid_d == 0))
+    tl.store(err_ptr, 1, mask=tl.max(bad, axis=0) > 0)
+    n = tl.sum(cnt, axis=0)
+    if MODE == 2:
+        res = tl.where(best_pos >= 0, best, 0.0)
+        if WRITE_ARGMAX:
+            tl.store(argmax_ptr + bag * D + cols, best_pos, mask=col_mask)
+    elif MODE == 1:
+        res = acc / tl.maximum(n, 1).to(tl.float32)
+        tl.store(count_ptr + bag, n, mask=pid_d == 0)
+    else:
+        res = acc
+    tl.store(out_ptr + bag * D + cols, _round_for_store(res, out_ptr, BF16_RNE), mask=col_mask)
+
+
+@triton.jit
+def _segmented_add(key_a, val_a, key_b, val_b):
+    """Combine of a segmented sum over sorted keys: restart the sum where the key changes."""
+    return key_b, tl.where(key_a == key_b, val_a + val_b, val_b)
+
+
+@triton.jit
+def _embedding_bag_bwd_kernel(
+    key_ptr, perm_ptr, bag_ptr, psw_ptr, count_ptr, argmax_ptr, gout_ptr, gw_ptr, head_ptr, tail_ptr, flag_ptr,
+    dest_ptr, N, V, D, L, B, E, padding_idx,
+    stride_gb, stride_gd,
+    MODE: tl.constexpr, HAS_BAGS: tl.constexpr, HAS_PSW: tl.constexpr, HAS_PAD: tl.constexpr,
+    SPARSE: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Weight-gradient rows of the sorted entries [pid * E, pid * E + E) over BLOCK_D columns,
+    BLOCK_K entries per step (tile [BLOCK_K, BLOCK_D]). Runs of equal indices are summed by a
+    segmented scan; a run wholly inside the span is written to its row, the run cut by the left
+    boundary to head[pid], the one cut by the right boundary to tail[pid] (both float32)."""
+    pid = tl.program_id(0).to(tl.int64)
+    pid_d = tl.program_id(1)
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    lo = pid * E
+    hi = tl.minimum(lo + E, N)
+    first_key = tl.load(key_ptr + lo)
+    last_key = tl.load(key_ptr + hi - 1)
+    cross_left = tl.load(key_ptr + lo - 1, mask=pid > 0, other=-1) == first_key
+    cross_right = tl.load(key_ptr + hi, mask=hi < N, other=-1) == last_key
+    lanes = tl.arange(0, BLOCK_K).to(tl.int64)
+    carry = tl.zeros([BLOCK_D], tl.float32)
+    carry_key = tl.full([], -1, key_ptr.dtype.element_ty)
+    for s in range(lo, hi, BLOCK_K):
+        k = s + lanes
+        valid = k < hi
+        keys = tl.load(key_ptr + k, mask=valid, other=-1)
+        nxt = tl.load(key_ptr + k + 1, mask=k + 1 < N, other=-1)
+        pos = tl.load(perm_ptr + k, mask=valid, other=0)
+        ok = valid & (keys >= 0) & (keys < V)
+        use = ok
+        if HAS_PAD:
+            use = use & (keys != padding_idx)
+        if HAS_BAGS:
+            bag = tl.load(bag_ptr + pos, mask=use, other=-1).to(tl.int64)
+        else:
+            bag = pos // L
+        use = use & (bag >= 0) & (bag < B)
+        m2 = use[:, None] & col_mask[None, :]
+        g = tl.load(gout_ptr + bag[:, None] * stride_gb + cols[None, :] * stride_gd, mask=m2, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        if MODE == 2:
+            am = tl.load(argmax_ptr + bag[:, None] * D + cols[None, :], mask=m2, other=-1)
+            g = tl.where(am == pos[:, None], g, 0.0)
+        elif HAS_PSW:
+            g = g * tl.load(psw_ptr + pos, mask=use, other=0.0).to(tl.float32)[:, None]
+        elif MODE == 1:
+            c = tl.load(count_ptr + bag, mask=use, other=1)
+            g = g * (1.0 / tl.maximum(c, 1).to(tl.float32))[:, None]
+        keys2 = keys[:, None] + tl.zeros([BLOCK_K, BLOCK_D], keys.dtype)
+        _, run = tl.associative_scan((keys2, g), 0, _segmented_add)
+        # Only the chunk's first run can continue the previous chunk's last one.
+        run = run + tl.where(keys2 == carry_key, carry[None, :], 0.0)
+        ends = valid & (keys != nxt)
+        first_run = cross_left & (keys == first_key)
+        to_row = ends & ok & ~first_run
+        if SPARSE:
+            dest = tl.load(dest_ptr + k, mask=to_row, other=0)
+        else:
+            dest = keys.to(tl.int64)
+        tl.store(gw_ptr + dest[:, None] * D + cols[None, :], _round_for_store(run, gw_ptr, BF16_RNE),
+                 mask=to_row[:, None] & col_mask[None, :], eviction_policy="evict_first")
+        to_head = ends & first_run
+        tl.store(head_ptr + pid * D + lanes[:, None] * 0 + cols[None, :], run, mask=to_head[:, None] & col_mask[None, :])
+        if not SPARSE:
+            tl.store(flag_ptr + keys, tl.full([BLOCK_K], 1, tl.int8), mask=ok & (pid_d == 0))
+        hold = valid & (k == tl.minimum(s + BLOCK_K, hi) - 1) & ~ends
+        carry = tl.sum(tl.where(hold[:, None], run, 0.0), axis=0)
+        carry_key = tl.max(tl.where(hold, keys, -1), axis=0)
+    # The run still open at the span's end continues in the next span.
+    single = cross_left & (first_key == last_key)
+    tl.store(head_ptr + pid * D + cols, carry, mask=col_mask & cross_right & single)
+    tl.store(tail_ptr + pid * D + cols, carry, mask=col_mask & cross_right & ~single)
+
+
+@triton.jit
+def _embedding_bag_bwd_fixup_kernel(
+    key_ptr, head_ptr, tail_ptr, gw_ptr, dest_ptr, N, V, D, E, P,
+    SPARSE: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Row cut by span boundary pid + 1 (if this is the first boundary it crosses): tail of the
+    span where it starts plus the heads of the following spans it covers, in span order, BLOCK_P
+    partials per step (tile [BLOCK_P, BLOCK_D]); writes the row once."""
+    b = tl.program_id(0).to(tl.int64) + 1
+    pid_d = tl.program_id(1)
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    at = b * E
+    r = tl.load(key_ptr + at)
+    crosses = tl.load(key_ptr + at - 1) == r
+    earlier = tl.load(key_ptr + at - E - 1, mask=b > 1, other=-1) == r
+    owner = crosses & ~earlier & (r >= 0) & (r < V)
+    acc = tl.load(tail_ptr + (b - 1) * D + cols, mask=col_mask & owner, other=0.0)
+    q = b
+    more = owner
+    while more:
+        qs = q + tl.arange(0, BLOCK_P)
+        in_p = qs < P
+        hit = in_p & (tl.load(key_ptr + qs * E, mask=in_p, other=-1) == r)
+        h = tl.load(head_ptr + qs[:, None] * D + cols[None, :], mask=hit[:, None] & col_mask[None, :], other=0.0)
+        acc += tl.sum(h, axis=0)
+        q += BLOCK_P
+        more = tl.sum(hit.to(tl.int32), axis=0) == BLOCK_P
+    if SPARSE:
+        dest = tl.load(dest_ptr + at, mask=owner, other=0)
+    else:
+        dest = r.to(tl.int64)
+    tl.store(gw_ptr + dest * D + cols, _round_for_store(acc, gw_ptr, BF16_RNE), mask=col_mask & owner)
+
+
+@triton.jit
+def _embedding_bag_zero_rows_kernel(flag_ptr, gw_ptr, V, D, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Zeros over the rows of BLOCK_R x BLOCK_D (tile) that no index touched (flag 0)."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    untouched = tl.load(flag_ptr + rows, mask=rows < V, other=1) == 0
+    tl.store(gw_ptr + rows[:, None] * D + cols[None, :], tl.zeros([BLOCK_R, BLOCK_D], gw_ptr.dtype.element_ty),
+             mask=untouched[:, None] & (cols < D)[None, :], eviction_policy="evict_first")
+
+
+@triton.jit
+def _embedding_bag_psw_grad_kernel(
+    idx_ptr, bag_ptr, w_ptr, gout_ptr, gpsw_ptr, N, V, D, L, B, padding_idx,
+    stride_wv, stride_wd, stride_gb, stride_gd,
+    HAS_BAGS: tl.constexpr, HAS_PAD: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """d out / d psw for BLOCK_K index positions: dot(grad_output[bag], weight[index]) over D in
+    steps of BLOCK_D (tile [BLOCK_K, BLOCK_D]); 0 for padding entries."""
+    pos = tl.program_id(0).to(tl.int64) * BLOCK_K + tl.arange(0, BLOCK_K)
+    valid = pos < N
+    idx = tl.load(idx_ptr + pos, mask=valid, other=-1).to(tl.int64)
+    use = valid & (idx >= 0) & (idx < V)
+    if HAS_PAD:
+        use = use & (idx != padding_idx)
+    if HAS_BAGS:
+        bag = tl.load(bag_ptr + pos, mask=use, other=-1).to(tl.int64)
+    else:
+        bag = pos // L
+    use = use & (bag >= 0) & (bag < B)
+    acc = tl.zeros([BLOCK_K], tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        cols = d0 + tl.arange(0, BLOCK_D)
+        m2 = use[:, None] & (cols < D)[None, :]
+        w = tl.load(w_ptr + idx[:, None] * stride_wv + cols[None, :] * stride_wd, mask=m2, other=0.0).to(tl.float32)
+        g = tl.load(gout_ptr + bag[:, None] * stride_gb + cols[None, :] * stride_gd, mask=m2, other=0.0).to(tl.float32)
+        acc += tl.sum(w * g, axis=1)
+    tl.store(gpsw_ptr + pos, _round_for_store(acc, gpsw_ptr, BF16_RNE), mask=valid)
+
+
+# ----------------------------------------------------------------------------- host launchers
+
+
+def _bag_dtype(num_bags: int) -> torch.dtype:
+    return torch.int32 if num_bags < 2**31 else torch.int64
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _raise_bad_input(err, indices, offsets, num_embeddings: int) -> None:
+    """Raise the error the forward flagged (err: [bad index, bad offsets]); the details are
+    gathered on this (failing) path only."""
+    bad_index, bad_offsets = err
+    if bad_index:
+        wrong = indices[(indices < 0) | (indices >= num_embeddings)]
+        example = int(wrong[0]) if wrong.numel() else "?"
+        raise IndexError(
+            f"roofkit.embedding_bag: input holds index {example} outside the table; expected "
+            f"0 <= index < num_embeddings = {num_embeddings}"
+        )
+    if bad_offsets:
+        raise ValueError(
+            "roofkit.embedding_bag: offsets must start at 0, be non-decreasing and not exceed "
+            f"len(input) = {indices.numel()}; got {offsets.tolist()[:8]}{'...' if offsets.numel() > 8 else ''}"
+        )
+
+
+def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx: int, num_bags: int,
+                           bag_length: int, need_argmax: bool, need_bags: bool, config: FwdConfig | None = None):
+    v, d = weight.shape
+    n = indices.numel()
+    dev = weight.device
+    out = torch.empty((num_bags, d), dtype=weight.dtype, device=dev)
+    count = torch.empty((num_bags,) if mode == MODE_MEAN else (0,), dtype=torch.int32, device=dev)
+    argmax = torch.empty((num_bags, d) if mode == MODE_MAX and need_argmax else (0, 0), dtype=torch.int64, device=dev)
+    bags = torch.empty((n,) if need_bags else (0,), dtype=_bag_dtype(num_bags), device=dev)
+    if num_bags == 0 or n == 0 or d == 0:
+        # Nothing to gather: every bag is empty (or has no columns). Offsets are still checked.
+        if offsets is not None and n == 0 and offsets.numel() and bool((offsets != 0).any()):
+            _raise_bad_input((0, 1), indices, offsets, v)
+        out.zero_()
+        count.zero_()
+        argmax.fill_(-1)
+        bags.zero_()
+        if n and d == 0 and num_bags:
+            # Indices are checked even when there is nothing to gather.
+            lo, hi = torch.aminmax(indices)
+            if int(lo) < 0 or int(hi) >= v:
+                _raise_bad_input((1, 0), indices, offsets, v)
+        return out, count, argmax, bags
+    cfg = config or _fwd_config(n / num_bags, d, weight.element_size())
+    err = torch.zeros(2, dtype=torch.int32, device=dev)
+    has_off = offsets is not None
+    _embedding_bag_fwd_kernel[(num_bags, triton.cdiv(d, cfg.BLOCK_D))](
+        indices, offsets if has_off else indices, weight, psw if psw is not None else weight, out, count, argmax, bags,
+        err, n, v, d, bag_length, num_bags, offsets.numel() if has_off else 0, padding_idx,
+        weight.stride(0), weight.stride(1),
+        MODE=mode, HAS_OFFSETS=has_off, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0,
+        WRITE_ARGMAX=argmax.numel() > 0, WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype),
+        BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
+    )
+    if not _capturing(dev):
+        flags = err.tolist()  # the one host synchronization of the forward
+        if any(flags):
+            _raise_bad_input(flags, indices, offsets, v)
+    return out, count, argmax, bags
+
+
+def _sorted_entries(indices: torch.Tensor, num_embeddings: int):
+    """(sorted keys, their positions): a stable sort, on 32-bit keys where the table allows."""
+    keys = indices
+    if num_embeddings <= 2**31 and keys.dtype != torch.int32:
+        keys = keys.to(torch.int32)
+    return torch.sort(keys, stable=True)
+
+
+def _launch_bwd(sorted_keys, perm, grad, weight, psw, count, argmax, bags, out, dest, flags, mode, padding_idx,
+                num_bags, bag_length, has_bags, sparse: bool, config: BwdConfig | None):
+    v, d = weight.shape
+    n = sorted_keys.numel()
+    cfg = config or _bwd_config(n, d, weight.device)
+    spans = triton.cdiv(n, cfg.E)
+    d_blocks = triton.cdiv(d, cfg.BLOCK_D)
+    head = torch.empty((spans, d), dtype=torch.float32, device=weight.device)
+    tail = torch.empty((spans, d), dtype=torch.float32, device=weight.device)
+    rne = bf16_rne(out.dtype)
+    _embedding_bag_bwd_kernel[(spans, d_blocks)](
+        sorted_keys, perm, bags, psw if psw is not None else grad, count, argmax, grad, out, head, tail, flags,
+        dest, n, v, d, bag_length, num_bags, cfg.E, padding_idx, grad.stride(0), grad.stride(1),
+        MODE=mode, HAS_BAGS=has_bags, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0, SPARSE=sparse,
+        BF16_RNE=rne, BLOCK_K=cfg.BLOCK_K, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
+    )
+    if spans > 1:
+        _embedding_bag_bwd_fixup_kernel[(spans - 1, d_blocks)](
+            sorted_keys, head, tail, out, dest, n, v, d, cfg.E, spans,
+            SPARSE=sparse, BF16_RNE=rne, BLOCK_P=FIXUP_BLOCK_P, BLOCK_D=cfg.BLOCK_D, num_warps=4,
+        )
+
+
+def _embedding_bag_backward(grad, indices, weight, psw, count, argmax, bags, mode: int, padding_idx: int,
+                            num_bags: int, bag_length: int, has_bags: bool, need_weight_grad: bool,
+                            need_psw_grad: bool, config: BwdConfig | None = None):
+    v, d = weight.shape
+    n = indices.numel()
+    dev = weight.device
+    gw = torch.empty((v, d) if need_weight_grad else (0, 0), dtype=weight.dtype, device=dev)
+    gpsw = torch.empty((n,) if need_psw_grad else (0,), dtype=weight.dtype, device=dev)
+    empty = n == 0 or d == 0 or num_bags == 0
+    if need_weight_grad and gw.numel():
+        if empty:
+            gw.zero_()
+        else:
+            sorted_keys, perm = _sorted_entries(indices, v)
+            flags = torch.zeros((v,), dtype=torch.int8, device=dev)
+            _launch_bwd(sorted_keys, perm, grad, weight, psw, count, argmax, bags, gw, perm, flags, mode, padding_idx,
+                        num_bags, bag_length, has_bags, False, config)
+            block_d = min(next_pow2(d), 1024)
+            block_r = max(1, ZERO_TILE // block_d)
+            _embedding_bag_zero_rows_kernel[(triton.cdiv(v, block_r), triton.cdiv(d, block_d))](
+                flags, gw, v, d, BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4,
+            )
+    if need_psw_grad and gpsw.numel():
+        if d == 0 or num_bags == 0:
+            gpsw.zero_()
+        else:
+            block_d = min(next_pow2(d), 256)
+            block_k = max(1, min(128, 4096 // block_d))
+            _embedding_bag_psw_grad_kernel[(triton.cdiv(n, block_k),)](
+                indices, bags, weight, grad, gpsw, n, v, d, bag_length, num_bags, padding_idx,
+                weight.stride(0), weight.stride(1), grad.stride(0), grad.stride(1),
+                HAS_BAGS=has_bags, HAS_PAD=padding_idx >= 0, BF16_RNE=bf16_rne(gpsw.dtype),
+                BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4,
+            )
+    return gw, gpsw
+
+
+def _embedding_bag_sparse_backward(grad, indices, weight, psw, count, argmax, bags, mode: int, padding_idx: int,
+                                   num_bags: int, bag_length: int, has_bags: bool, config: BwdConfig | None = None):
+    """(rows, values): the coalesced COO gradient, one value row per distinct index (padding
+    excluded, as torch); synchronizes once to learn the number of distinct indices."""
+    v, d = weight.shape
+    n = indices.numel()
+    dev = weight.device
+    if n == 0 or num_bags == 0:
+        return torch.empty((0,), dtype=torch.int64, device=dev), torch.empty((0, d), dtype=weight.dtype, device=dev)
+    sorted_keys, perm = _sorted_entries(indices, v)
+    starts = torch.ones((n,), dtype=torch.bool, device=dev)
+    starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    ordinal = torch.cumsum(starts, 0) - 1
+    rows = sorted_keys[starts].to(torch.int64)  # synchronizes: the number of distinct indices
+    values = torch.empty((rows.numel(), d), dtype=weight.dtype, device=dev)
+    if d:
+        _launch_bwd(sorted_keys, perm, grad, weight, psw, count, argmax, bags, values, ordinal, starts, mode,
+                    padding_idx, num_bags, bag_length, has_bags, True, config)
+    if padding_idx >= 0:
+        keep = rows != padding_idx
+        rows, values = rows[keep], values[keep]
+    return rows, values
+
+
+# ----------------------------------------------------------------------------- custom ops, autograd
+
+
+@torch.library.custom_op("roofkit::embedding_bag_fwd", mutates_args=())
+def _embedding_bag_fwd_op(
+    indices: torch.Tensor, offsets: Optional[torch.Tensor], weight: torch.Tensor,
+    per_sample_weights: Optional[torch.Tensor], mode: int, padding_idx: int, num_bags: int, bag_length: int,
+    need_argmax: bool, need_bags: bool, sparse: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _embedding_bag_forward(indices, offsets, weight, per_sample_weights, mode, padding_idx, num_bags,
+                                  bag_length, need_argmax, need_bags)
+
+
+@_embedding_bag_fwd_op.register_fake
+def _(indices, offsets, weight, per_sample_weights, mode, padding_idx, num_bags, bag_length, need_argmax, need_bags,
+      sparse):
+    d = weight.shape[1]
+    return (
+        weight.new_empty((num_bags, d)),
+        weight.new_empty((num_bags,) if mode == MODE_MEAN else (0,), dtype=torch.int32),
+        weight.new_empty((num_bags, d) if mode == MODE_MAX and need_argmax else (0, 0), dtype=torch.int64),
+        weight.new_empty((indices.numel(),) if need_bags else (0,), dtype=_bag_dtype(num_bags)),
+    )
+
+
+@torch.library.custom_op("roofkit::embedding_bag_bwd", mutates_args=())
+def _embedding_bag_bwd_op(
+    grad: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor, per_sample_weights: Optional[torch.Tensor],
+    count: torch.Tensor, argmax: torch.Tensor, bags: torch.Tensor, mode: int, padding_idx: int, num_bags: int,
+    bag_length: int, has_bags: bool, need_weight_grad: bool, need_psw_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _embedding_bag_backward(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padding_idx,
+                                   num_bags, bag_length, has_bags, need_weight_grad, need_psw_grad)
+
+
+@_embedding_bag_bwd_op.register_fake
+def _(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padding_idx, num_bags, bag_length,
+      has_bags, need_weight_grad, need_psw_grad):
+    return (
+        weight.new_empty(tuple(weight.shape) if need_weight_grad else (0, 0)),
+        weight.new_empty((indices.numel(),) if need_psw_grad else (0,)),
+    )
+
+
+@torch.library.custom_op("roofkit::embedding_bag_sparse_bwd", mutates_args=())
+def _embedding_bag_sparse_bwd_op(
+    grad: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor, per_sample_weights: Optional[torch.Tensor],
+    count: torch.Tensor, argmax: torch.Tensor, bags: torch.Tensor, mode: int, padding_idx: int, num_bags: int,
+    bag_length: int, has_bags: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _embedding_bag_sparse_backward(grad, indices, weight, per_sample_weights, count, argmax, bags, mode,
+                                          padding_idx, num_bags, bag_length, has_bags)
+
+
+@_embedding_bag_sparse_bwd_op.register_fake
+def _(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padding_idx, num_bags, bag_length,
+      has_bags):
+    u = torch.library.get_ctx().new_dynamic_size()
+    return weight.new_empty((u,), dtype=torch.int64), weight.new_empty((u, weight.shape[1]))
+
+
+def _setup_context(ctx, inputs, output):
+    indices, offsets, weight, psw, mode, padding_idx, num_bags, bag_length, _, _, sparse = inputs
+    _, count, argmax, bags = output
+    ctx.save_for_backward(indices, weight, psw, count, argmax, bags)
+    ctx.mark_non_differentiable(count, argmax, bags)
+    ctx.mode, ctx.padding_idx, ctx.num_bags, ctx.bag_length = mode, padding_idx, num_bags, bag_length
+    ctx.has_bags, ctx.sparse = offsets is not None, sparse
+
+
+def _backward(ctx, grad_out, grad_count, grad_argmax, grad_bags):
+    indices, weight, psw, count, argmax, bags = ctx.saved_tensors
+    need_w, need_p = ctx.needs_input_grad[2], ctx.needs_input_grad[3]
+    if grad_out is None:
+        grad_out = weight.new_zeros((ctx.num_bags, weight.shape[1]))
+    args = (grad_out, indices, weight, psw, count, argmax, bags, ctx.mode, ctx.padding_idx, ctx.num_bags,
+            ctx.bag_length, ctx.has_bags)
+    gw = gp = None
+    if ctx.sparse and need_w:
+        rows, values = _embedding_bag_sparse_bwd_op(*args)
+        gw = torch.sparse_coo_tensor(rows.unsqueeze(0), values, tuple(weight.shape), is_coalesced=True)
+        need_w = False
+    if need_w or need_p:
+        dense, gp = _embedding_bag_bwd_op(*args, need_w, need_p)
+        gw = dense if need_w else gw
+        gp = gp if need_p else None
+    return None, None, gw, gp, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("roofkit::embedding_bag_fwd", _backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------- public function
+
+
+def _check_index_tensor(op: str, name: str, t) -> None:
+    check_tensor(op, name, t, dtypes=INDEX_DTYPES)
+
+
+def embedding_bag(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    offsets: torch.Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: torch.Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> torch.Tensor:
+    """Sum, mean or maximum of bags of rows of ``weight``:
+    out[b] = reduce over i in bag b (input[i] != padding_idx) of psw[i] * weight[input[i]].
+
+    Mirrors ``torch.nn.functional.embedding_bag`` (same arguments, order and defaults).
+
+    Args:
+        input: int32/int64 indices into ``weight``: 1-D (N,) with ``offsets``, or 2-D (B, L) for
+            B bags of L indices (``offsets`` then None).
+        weight: the table, (V, D) float32/float16/bfloat16, any strides, on CUDA (or on CPU with
+            TRITON_INTERPRET=1).
+        offsets: 1-D int32/int64, start of each bag in ``input`` (B entries, or B + 1 with
+            ``include_last_offset``); must start at 0, be non-decreasing and stay <= N. As in
+            torch, the last bag runs to the end of ``input``.
+        max_norm, norm_type, scale_grad_by_freq: not supported (NotImplementedError unless
+            None / ignored / False).
+        mode: "sum", "mean" (default, as torch) or "max".
+        sparse: the weight gradient is a coalesced sparse COO tensor (one value row per distinct
+            index, padding excluded) instead of a dense (V, D) tensor; eager mode only.
+        per_sample_weights: weights of ``input``'s shape and ``weight``'s dtype (mode "sum" only);
+            differentiable.
+        include_last_offset: ``offsets`` holds B + 1 entries (1-D input only).
+        padding_idx: index (in [-V, V)) whose entries are skipped: they add nothing, do not count
+            toward a bag's size for "mean", and get no gradient.
+    Returns:
+        (B, D) tensor of ``weight``'s dtype; empty bags (or bags of padding only) give zeros.
+    Raises:
+        TypeError: non-tensor arguments, index tensors not int32/int64, weight not a float
+            dtype, per_sample_weights of another dtype than weight, non-int padding_idx.
+        ValueError: wrong dimensions or shapes, offsets given with 2-D input or missing with 1-D
+            input, tensors on another device, unknown mode, padding_idx out of range, offsets
+            that do not start at 0, decrease or pass len(input) (found by the kernel).
+        IndexError: an index outside [0, V) (found by the kernel; no row outside the table is
+            ever read).
+        NotImplementedError: max_norm, scale_grad_by_freq, per_sample_weights with mode != "sum".
+    Numerics:
+        float32 accumulation in index order within a bag, one rounding to the output dtype.
+        Max keeps the first index holding the maximum (the backward routes gradient there).
+        Backward: deterministic (bitwise reproducible), no atomics: indices sorted (stable),
+        each gradient row summed in float32 in a fixed order and rounded once.
+    Cost:
+        Forward reads the indices (and offsets, per-sample weights) and the N requested weight
+        rows and writes B x D outputs: (N*D + B*D) elements plus the index bytes; it checks every
+        index and offset in the same pass and synchronizes with the host once, after the launch,
+        to raise the error (skipped under CUDA-graph capture, where bad indices are skipped,
+        never read). Backward: a sort of N 32-bit keys, a pass over the sorted entries gathering
+        grad_output rows, and one write of the dense (V, D) gradient. D FLOP per index each way.
+    Source:
+        torch.nn.functional.embedding_bag (semantics); Blelloch 1990 (segmented scan).
+    """
+    op = "embedding_bag"
+    _check_index_tensor(op, "input", input)
+    check_tensor(op, "weight", weight)
+    check_same_device(op, "weight", weight, input)
+    if weight.dim() != 2:
+        raise ValueError(f"roofkit.{op}: weight must be 2-D (num_embeddings, embedding_dim), got shape {tuple(weight.shape)}")
+    if max_norm is not None:
+        raise NotImplementedError(f"roofkit.{op}: max_norm is not supported (got {max_norm})")
+    if scale_grad_by_freq:
+        raise NotImplementedError(f"roofkit.{op}: scale_grad_by_freq=True is not supported")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"roofkit.{op}: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+    for name, flag in (("sparse", sparse), ("include_last_offset", include_last_offset)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"roofkit.{op}: {name} must be a bool, got {type(flag).__name__}")
+    v = weight.shape[0]
+    if padding_idx is None:
+        pad = -1
+    else:
+        if isinstance(padding_idx, bool):
+            raise TypeError(f"roofkit.{op}: padding_idx must be an int or None, got bool")
+        try:
+            pad = operator.index(padding_idx)
+        except TypeError:
+            raise TypeError(f"roofkit.{op}: padding_idx must be an int or None, got {type(padding_idx).__name__}") from None
+        if not -v <= pad < v:
+            raise ValueError(f"roofkit.{op}: padding_idx must be within [-{v}, {v - 1}] (num_embeddings {v}), got {pad}")
+        pad %= v
+
+    if input.dim() == 2:
+        if offsets is not None:
+            raise ValueError(f"roofkit.{op}: offsets must be None when input is 2-D (fixed-size bags); got a tensor")
+        if include_last_offset:
+            raise ValueError(f"roofkit.{op}: include_last_offset=True needs 1-D input with offsets")
+        num_bags, bag_length = input.shape
+        flat = input.reshape(-1)
+    elif input.dim() == 1:
+        if offsets is None:
+            raise ValueError(f"roofkit.{op}: offsets must be a 1-D tensor when input is 1-D; got None")
+        _check_index_tensor(op, "offsets", offsets)
+        check_same_device(op, "offsets", offsets, input)
+        if offsets.dim() != 1:
+            raise ValueError(f"roofkit.{op}: offsets must be 1-D, got shape {tuple(offsets.shape)}")
+        num_bags = offsets.numel() - (1 if include_last_offset else 0)
+        if num_bags < 0:
+            raise ValueError(f"roofkit.{op}: offsets must hold at least one entry with include_last_offset=True")
+        bag_length = 0
+        flat = input
+        offsets = offsets.contiguous()
+    else:
+        raise ValueError(f"roofkit.{op}: input must be 1-D (with offsets) or 2-D (bags, length), got shape {tuple(input.shape)}")
+    flat = flat.contiguous()
+
+    psw = per_sample_weights
+    if psw is not None:
+        if mode != "sum":
+            raise NotImplementedError(f"roofkit.{op}: per_sample_weights is only supported for mode='sum' (got mode={mode!r})")
+        check_tensor(op, "per_sample_weights", psw)
+        check_same_device(op, "per_sample_weights", psw, input)
+        if psw.dtype != weight.dtype:
+            raise TypeError(f"roofkit.{op}: per_sample_weights dtype {psw.dtype} differs from weight dtype {weight.dtype}")
+        if tuple(psw.shape) != tuple(input.shape):
+            raise ValueError(f"roofkit.{op}: per_sample_weights must have input's shape {tuple(input.shape)}, got {tuple(psw.shape)}")
+        psw = psw.reshape(-1).contiguous()
+
+    grad_on = torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
+    mode_id = MODES[mode]
+    out, _, _, _ = _embedding_bag_fwd_op(
+        flat, offsets, weight, psw, mode_id, pad, num_bags, bag_length,
+        grad_on and mode_id == MODE_MAX, grad_on and offsets is not None, sparse,
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def _draw_indices(dist: str, n: int, v: int, generator: torch.Generator) -> torch.Tensor:
+    """``n`` indices in [0, v): "uniform"; "powerlaw" (Zipf, p(rank) ~ rank**-1.05, ranks placed
+    on rows by a random permutation, as hashed ids are); "repeat" (from the first three rows, so
+    bags repeat indices)."""
+    g = generator.device
+    if dist == "uniform":
+        return torch.randint(0, v, (n,), generator=generator, device=g)
+    if dist == "powerlaw":
+        p = torch.arange(1, v + 1, device=g, dtype=torch.float64).pow(-1.05)
+        ranks = torch.multinomial(p / p.sum(), n, replacement=True, generator=generator)
+        return torch.randperm(v, generator=generator, device=g)[ranks]
+    if dist == "repeat":
+        return torch.randint(0, min(v, 3), (n,), generator=generator, device=g)
+    raise ValueError(f"unknown index distribution {dist!r}")
+
+
+def _make_offsets(b: int, n: int, ragged: bool, generator: torch.Generator) -> torch.Tensor:
+    """Bag starts of b bags over n indices: fixed length, or ragged (b - 1 random cuts, and every
+    fifth bag forced empty) with exactly n indices in all."""
+    g = generator.device
+    if not ragged or b <= 1:
+        return torch.arange(b, device=g, dtype=torch.int64) * (n // max(b, 1))
+    cuts, _ = torch.sort(torch.randint(0, n + 1, (b - 1,), generator=generator, device=g))
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=g), cuts])
+    k = torch.arange(3, b, 5, device=g)
+    offsets[k] = offsets[k - 1]
+    return offsets
+
+
+def _make_inputs(case, dtype, generator, device) -> Inputs:
+    b, length = case["shape"]
+    v, d = case["num_embeddings"], case["dim"]
+    n = b * length
+    idx = _draw_indices(case.get("dist", "uniform"), n, v, generator)
+    pad = case.get("padding_idx")
+    if pad is not None and n:
+        idx[::4] = pad % v  # padding entries in most bags
+    layout = case.get("layout", "offsets")
+    offsets = None
+    if layout == "offsets":
+        offsets = _make_offsets(b, n, case.get("ragged", False), generator)
+        if case.get("include_last_offset", False):
+            offsets = torch.cat([offsets, torch.full((1,), n, dtype=torch.int64, device=offsets.device)])
+        offsets = offsets.to(device=device, dtype=getattr(torch, case.get("offsets_dtype", case.get("index_dtype", "int64"))))
+    idx = idx.to(device=device, dtype=getattr(torch, case.get("index_dtype", "int64")))
+    inp = idx.view(b, length) if layout == "2d" else idx
+    weight = random_tensor((v, d), dtype, generator, device, case.get("weight_dist", "normal"), magnitude=1e2,
+                           layout=case.get("weight_layout", "contiguous"))
+    psw = None
+    if case.get("psw", False):
+        psw = torch.randn(tuple(inp.shape), generator=generator, device=generator.device).to(device=device, dtype=dtype)
+    mode = case.get("bag_mode", "sum")
+    return Inputs((inp, weight, offsets, None, 2.0, False, mode, False, psw),
+                  {"include_last_offset": case.get("include_last_offset", False), "padding_idx": pad})
+
+
+_F32 = (torch.float32,)
+_BF16 = (torch.bfloat16,)
+_ALL = FLOAT_DTYPES
+
+
+def _c(name, tags=(), dtypes=_F32, **params):
+    params.setdefault("num_embeddings", 40)
+    params.setdefault("dim", 24)
+    return case(name, tags, dtypes=dtypes, **params)
+
+
+CASES = [
+    _c("tiny_2d_sum_3x5", ["quick"], dtypes=_ALL, shape=(3, 5), layout="2d", bag_mode="sum", dim=8),
+    _c("ragged_mean_empty_bags_9x4", ["quick"], dtypes=_ALL, shape=(9, 4), ragged=True, bag_mode="mean"),
+    _c("ragged_max_ties_9x4", dtypes=_ALL, shape=(9, 4), ragged=True, bag_mode="max", weight_dist="ties"),
+    _c("max_2d_7x6", shape=(7, 6), layout="2d", bag_mode="max"),
+    _c("repeated_indices_sum_5x8", shape=(5, 8), dist="repeat", bag_mode="sum"),
+    _c("repeated_indices_mean_2d_5x8", shape=(5, 8), layout="2d", dist="repeat", bag_mode="mean"),
+    _c("padding_mean_6x5", shape=(6, 5), ragged=True, bag_mode="mean", padding_idx=7),
+    _c("padding_negative_max_6x5", shape=(6, 5), bag_mode="max", padding_idx=-3),
+    _c("psw_sum_ragged_7x4", dtypes=_ALL, shape=(7, 4), ragged=True, bag_mode="sum", psw=True),
+    _c("psw_padding_2d_5x4", shape=(5, 4), layout="2d", bag_mode="sum", psw=True, padding_idx=2),
+    _c("powerlaw_sum_8x6", shape=(8, 6), dist="powerlaw", num_embeddings=200, bag_mode="sum"),
+    _c("include_last_offset_mean_6x3", shape=(6, 3), ragged=True, include_last_offset=True, bag_mode="mean"),
+    _c("int32_indices_sum_6x5", shape=(6, 5), index_dtype="int32", bag_mode="sum"),
+    _c("mixed_index_dtypes_mean_6x5", shape=(6, 5), index_dtype="int32", offsets_dtype="int64", bag_mode="mean"),
+    _c("odd_dim_37_sum_4x5", shape=(4, 5), dim=37, bag_mode="sum"),
+    _c("weight_transposed_mean_4x5", shape=(4, 5), weight_layout="transposed", bag_mode="mean"),
+    _c("weight_offset_max_4x5", shape=(4, 5), weight_layout="offset", bag_mode="max"),
+    _c("grad_transposed_sum_6x3", shape=(6, 3), bag_mode="sum", grad_layout="transposed"),
+    _c("bags_of_one_2d_12x1", shape=(12, 1), layout="2d", bag_mode="sum", dim=40),
+    _c("no_bags_0x4", ["quick"], shape=(0, 4), layout="2d", bag_mode="sum"),
+    _c("no_indices_3x0", shape=(3, 0), bag_mode="mean"),
+    # On the GPU (``pytest -m gpu``): the acceptance features of issue 5 at realistic sizes.
+    _c("gpu_dlrm_uniform_sum", ["gpu"], shape=(16384, 32), num_embeddings=200_000, dim=128, bag_mode="sum"),
+    _c("gpu_dlrm_powerlaw_sum", ["gpu"], shape=(16384, 32), num_embeddings=200_000, dim=128, dist="powerlaw",
+       bag_mode="sum"),
+    _c("gpu_empty_bags_ragged_mean", ["gpu"], dtypes=_ALL, shape=(8192, 20), num_embeddings=50_000, dim=128,
+       ragged=True, bag_mode="mean"),
+    _c("gpu_repeated_indices_max", ["gpu"], dtypes=_ALL, shape=(4096, 32), num_embeddings=1000, dim=64,
+       dist="repeat", bag_mode="max"),
+    _c("gpu_padding_psw_powerlaw", ["gpu"], dtypes=_ALL, shape=(8192, 24), num_embeddings=100_000, dim=96,
+       dist="powerlaw", padding_idx=5, psw=True, bag_mode="sum", ragged=True),
+    _c("gpu_powerlaw_max_padding", ["gpu"], shape=(8192, 16), num_embeddings=100_000, dim=128, dist="powerlaw",
+       padding_idx=-1, bag_mode="max"),
+    _c("gpu_token_embedding_bf16", ["gpu"], dtypes=_BF16, shape=(2048, 1), layout="2d", num_embeddings=128256,
+       dim=4096, bag_mode="sum"),
+    _c("gpu_odd_dim_100_int32", ["gpu"], dtypes=_ALL, shape=(3000, 7), num_embeddings=10_007, dim=100,
+       index_dtype="int32", bag_mode="mean"),
+    _c("gpu_weight_transposed", ["gpu"], shape=(2000, 8), num_embeddings=5000, dim=64, weight_layout="transposed",
+       bag_mode="sum"),
+    _c("gpu_include_last_offset_grad_transposed", ["gpu"], shape=(3000, 9), num_embeddings=20_000, dim=128,
+       ragged=True, include_last_offset=True, bag_mode="sum", grad_layout="transposed"),
+    _c("gpu_long_bags_2d_sum", ["gpu"], shape=(64, 3000), layout="2d", num_embeddings=4000, dim=128, bag_mode="sum"),
+    _c("gpu_over_2pow31_indices", ["gpu", "slow"], shape=(67_108_865, 32), layout="2d", num_embeddings=1000, dim=4,
+       bag_mode="sum", grad=False),
+]
+
+
+def _dlrm(name, dist="uniform", mode="fwd", bag_mode="sum", dtypes=_F32, **extra):
+    return case(name, dtypes=dtypes, shape=(65536, 32), num_embeddings=1 << 20, dim=128, dist=dist,
+                bag_mode=bag_mode, mode=mode, **extra)
+
+
+SUITES = {
+    # llama3-8b token embedding: vocab 128256 x hidden 4096 bf16, 8192 tokens = bags of one.
+    "llama3-8b": [
+        case("tokens_8192", dtypes=_BF16, shape=(8192, 1), layout="2d", num_embeddings=128256, dim=4096,
+             bag_mode="sum"),
+        case("tokens_8192_fwd_bwd", dtypes=_BF16, shape=(8192, 1), layout="2d", num_embeddings=128256, dim=4096,
+             bag_mode="sum", mode="fwd_bwd"),
+    ],
+    # DLRM: a 1M x 128 fp32 table, 65536 bags of 32 indices (offsets), uniform and power law.
+    "dlrm": [
+        _dlrm("sum_uniform", "uniform"),
+        _dlrm("sum_powerlaw", "powerlaw"),
+        _dlrm("sum_uniform_fwd_bwd", "uniform", "fwd_bwd"),
+        _dlrm("sum_powerlaw_fwd_bwd", "powerlaw", "fwd_bwd"),
+    ],
+    # The features of issue 5 at DLRM scale: empty bags (ragged), repeated indices (power law),
+    # padding, per-sample weights, mean and max, bf16.
+    "acceptance": [
+        _dlrm("mean_ragged_empty_bags", bag_mode="mean", ragged=True),
+        _dlrm("mean_ragged_empty_bags_fwd_bwd", mode="fwd_bwd", bag_mode="mean", ragged=True),
+        _dlrm("sum_padding_psw_powerlaw", "powerlaw", padding_idx=0, psw=True),
+        _dlrm("sum_padding_psw_powerlaw_fwd_bwd", "powerlaw", "fwd_bwd", padding_idx=0, psw=True),
+        _dlrm("max_powerlaw", "powerlaw", bag_mode="max"),
+        _dlrm("max_powerlaw_fwd_bwd", "powerlaw", "fwd_bwd", bag_mode="max"),
+        _dlrm("sum_bf16_powerlaw_fwd_bwd", "powerlaw", "fwd_bwd", dtypes=_BF16),
+    ],
+}
+
+SPEC = OpSpec(
+    name="embedding_bag",
+    impl=embedding_bag,
+    reference=embedding_bag_reference,
+    torch_impl=F.embedding_bag,
+    make_inputs=_make_inputs,
+    cost=embedding_bag_cost,
+    reduction_length=lambda case: max(1, case["shape"][1]),
+    dtypes=FLOAT_DTYPES,
+    cases=CASES,
+    suites=SUITES,
+    baselines={
+        "torch": lambda: F.embedding_bag,
+        "torch.compile": baselines.compiled(F.embedding_bag),
+    },
+    grad_args=(1, 8),
+    marker="embedding_bag",
+)
+
+SPECS = (SPEC,)
