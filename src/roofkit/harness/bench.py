@@ -55,12 +55,18 @@ def provider_callables(spec: OpSpec, wanted: Sequence[str] | None) -> tuple[dict
     return fns, skipped
 
 
-def _timed_call(fn: Callable, inputs: Inputs, grad_pos: Sequence[int], dy: torch.Tensor | None) -> Callable[[], object]:
-    """A zero-argument closure doing one forward (and, with ``grad_pos``, one backward)."""
+def _timed_call(fn: Callable, inputs: Inputs, grad_pos: Sequence[int], dy: torch.Tensor | None,
+                mode: str = "fwd") -> Callable[[], object]:
+    """A zero-argument closure doing one forward (``mode="fwd"``), one forward and one backward
+    (``"fwd_bwd"``), or one backward through a graph built once outside the closure (``"bwd"``)."""
     if not grad_pos:
         return lambda: fn(*inputs.args, **inputs.kwargs)
     inp = _with_grad(inputs, grad_pos)
     targets = [t for _, t in _grad_targets(inp, grad_pos)]
+    if mode == "bwd":
+        out = fn(*inp.args, **inp.kwargs)
+        out0 = out[0] if isinstance(out, (tuple, list)) else out
+        return lambda: torch.autograd.grad(out0, targets, dy, retain_graph=True)
 
     def call():
         out = fn(*inp.args, **inp.kwargs)
@@ -95,7 +101,7 @@ def bench_case(
     records = {name: Record(provider=name, status=f"skipped: {why}", **base) for name, why in skipped.items()}
 
     inputs = spec.make_inputs(case, dtype, make_generator(BENCH_SEED, device), device)
-    grad_pos = spec.grad_args if mode == "fwd_bwd" else ()
+    grad_pos = spec.grad_args if mode in ("fwd_bwd", "bwd") else ()
     dy_fill = case.get("grad_output", "normal")
     expected, refs = reference_outputs(spec, inputs, grad_pos, BENCH_SEED, dy_fill)
     dy = None
@@ -124,7 +130,7 @@ def bench_case(
             records[name] = Record(provider=name, status=f"error: {type(exc).__name__}: {str(exc)[:200]}", **base)
             _sync(device)
             continue
-        timed[name] = _timed_call(fn, inputs, grad_pos, dy)
+        timed[name] = _timed_call(fn, inputs, grad_pos, dy, mode)
 
     timings = time_providers(timed, device=device, l2=l2, graph=graph, rep_ms=rep_ms) if timed else {}
     cost = spec.cost(case, dtype)

@@ -37,7 +37,8 @@ class Case:
     Tags: ``gpu`` (needs a CUDA device), ``slow`` (large; GPU only, run with ``-m slow``),
     ``quick`` (part of ``roofkit verify --quick`` and of ``roofkit bench`` without a GPU).
     ``dtypes`` narrows the spec's dtypes for this case (None: all of them).
-    Parameters the harness itself reads: ``mode`` ("fwd" or "fwd_bwd", for bench), ``grad``
+    Parameters the harness itself reads: ``mode`` ("fwd", "fwd_bwd", or "bwd": the backward
+    alone, timed by replaying it over a graph built once; for bench), ``grad``
     (False: forward only), ``grad_layout`` (layout of grad_output) and ``grad_output``
     ("normal" random, or "ones" as ``loss.backward()`` on a scalar loss gives).
     """
