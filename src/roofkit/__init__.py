@@ -8,11 +8,12 @@ The ops are imported on first use, so a program (or the CLI) can set TRITON_INTE
 """
 
 __version__ = "0.1.0"
-__all__ = ["softmax", "log_softmax", "rms_norm", "__version__"]
+_OPS = ("softmax", "log_softmax", "rms_norm", "embedding_bag")
+__all__ = [*_OPS, "__version__"]
 
 
 def __getattr__(name):
-    if name in ("softmax", "log_softmax", "rms_norm"):
+    if name in _OPS:
         from . import ops
 
         return getattr(ops, name)

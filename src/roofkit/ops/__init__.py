@@ -1,13 +1,16 @@
 """roofkit's kernels. Importing this package registers every op's spec with the harness."""
 
 from ..harness.registry import register
+from . import embedding_bag as _embedding_bag_module
 from . import rms_norm as _rms_norm_module
 from . import softmax as _softmax_module
+from .embedding_bag import embedding_bag
 from .rms_norm import rms_norm
 from .softmax import log_softmax, softmax
 
-for _module in (_softmax_module, _rms_norm_module):
+_MODULES = (_softmax_module, _rms_norm_module, _embedding_bag_module)
+for _module in _MODULES:
     for _spec in _module.SPECS:
         register(_spec)
 
-__all__ = ["softmax", "log_softmax", "rms_norm"]
+__all__ = ["softmax", "log_softmax", "rms_norm", "embedding_bag"]

@@ -1,0 +1,364 @@
+"""embedding_bag properties the registry-wide test cannot state."""
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roofkit.harness.spec import case
+from roofkit.harness.verify import verify_op
+from roofkit.ops.embedding_bag import SPEC, embedding_bag
+
+eb = importlib.import_module("roofkit.ops.embedding_bag")
+
+pytestmark = pytest.mark.embedding_bag
+
+KERNELS = ("_embedding_bag_fwd_kernel", "_embedding_bag_bwd_kernel", "_embedding_bag_bwd_fixup_kernel",
+           "_embedding_bag_zero_rows_kernel", "_embedding_bag_psw_grad_kernel")
+
+
+def _weight(v, d, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(v, d, generator=g).to(device=device, dtype=dtype)
+
+
+def _loop_reference(inp, weight, offsets, mode, psw=None, padding_idx=None):
+    """Bag by bag in float64, written out by hand (independent of torch's embedding_bag)."""
+    w = weight.double()
+    if inp.dim() == 2:
+        bags = [inp[b].tolist() for b in range(inp.shape[0])]
+        ps = [psw[b].tolist() for b in range(inp.shape[0])] if psw is not None else None
+    else:
+        starts = offsets.tolist() + [inp.numel()]
+        bags = [inp[starts[b]:starts[b + 1]].tolist() for b in range(offsets.numel())]
+        ps = [psw[starts[b]:starts[b + 1]].tolist() for b in range(offsets.numel())] if psw is not None else None
+    out = torch.zeros(len(bags), w.shape[1], dtype=torch.float64)
+    for b, bag in enumerate(bags):
+        rows = [(j, i) for j, i in enumerate(bag) if i != padding_idx]
+        if not rows:
+            continue
+        vals = torch.stack([w[i] * (ps[b][j] if ps else 1.0) for j, i in rows])
+        out[b] = {"sum": vals.sum(0), "mean": vals.mean(0), "max": vals.max(0).values}[mode]
+    return out
+
+
+# ----------------------------------------------------------------------------- against the reference
+
+
+QUICK = ["tiny_2d_sum_3x5", "ragged_mean_empty_bags_9x4", "ragged_max_ties_9x4", "psw_sum_ragged_7x4",
+         "padding_mean_6x5", "repeated_indices_sum_5x8", "include_last_offset_mean_6x3", "no_bags_0x4",
+         "no_indices_3x0"]
+
+
+def test_embedding_bag_matches_float64_reference(device):
+    report = verify_op(SPEC, cases=QUICK, seeds=2, dtypes=(torch.float32, torch.bfloat16), device=device)
+    assert report.rows and report.passed, report.summary()
+
+
+def test_embedding_bag_span_boundaries_fixup_and_column_blocks(monkeypatch, device):
+    # Tiny tiles: bags walked 2 indices per step over 8-column blocks; the sorted entries cut in
+    # spans of 8 (2 chunks of 4), so runs of repeated indices cross many spans and the fix-up
+    # kernel walks its partials 2 at a time (several steps of its loop).
+    monkeypatch.setattr(eb, "_fwd_config", lambda avg, d, size: eb.FwdConfig(2, 8, 1))
+    monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(4, 8, 8, 1))
+    monkeypatch.setattr(eb, "FIXUP_BLOCK_P", 2)
+    cases = ["repeated_indices_sum_5x8", "repeated_indices_mean_2d_5x8", "ragged_max_ties_9x4",
+             "psw_padding_2d_5x4", "powerlaw_sum_8x6", "odd_dim_37_sum_4x5", "grad_transposed_sum_6x3"]
+    report = verify_op(SPEC, cases=cases, seeds=2, device=device)
+    assert report.passed, report.summary()
+
+
+def test_embedding_bag_hot_row_over_many_spans_is_deterministic(monkeypatch, device):
+    monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(4, 8, 4, 1))
+    monkeypatch.setattr(eb, "FIXUP_BLOCK_P", 2)
+    w = _weight(10, 8, device).requires_grad_(True)
+    inp = torch.tensor([3] * 37 + [1, 4, 3, 3, 7], device=device)  # index 3 over ~10 spans of 4
+    off = torch.tensor([0, 5, 5, 20, 33], device=device)
+    g = torch.randn(5, 8, generator=torch.Generator().manual_seed(1)).to(device)
+    grads = [torch.autograd.grad(embedding_bag(inp, w, off, mode="sum"), w, g)[0] for _ in range(2)]
+    assert torch.equal(grads[0], grads[1])
+    w64 = w.detach().double().requires_grad_(True)
+    (ref,) = torch.autograd.grad(F.embedding_bag(inp, w64, off, mode="sum"), w64, g.double())
+    torch.testing.assert_close(grads[0].double(), ref, rtol=1e-5, atol=1e-5)
+    untouched = [r for r in range(10) if r not in (1, 3, 4, 7)]
+    assert (grads[0][untouched] == 0).all()
+
+
+# ----------------------------------------------------------------------------- semantics
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_empty_bags_repeats_and_padding_match_hand_loop(mode, device):
+    w = _weight(12, 5, device)
+    inp = torch.tensor([2, 2, 7, 4, 2, 9, 9, 4, 4, 0], device=device)
+    off = torch.tensor([0, 0, 3, 3, 6, 9], device=device)  # bags 0 and 2 empty, bag 5 = [0]
+    for pad in (None, 4, 2):
+        got = embedding_bag(inp, w, off, mode=mode, padding_idx=pad)
+        want = _loop_reference(inp.cpu(), w.cpu(), off.cpu(), mode, padding_idx=pad)
+        torch.testing.assert_close(got.double().cpu(), want, rtol=1e-6, atol=1e-6)
+        # The float64 reference of the spec (torch) agrees with the hand loop.
+        torch.testing.assert_close(F.embedding_bag(inp, w.double(), off, mode=mode, padding_idx=pad).cpu(), want)
+    assert (embedding_bag(inp, w, off, mode=mode)[[0, 2]] == 0).all()
+    # A bag of padding entries only is empty: zeros, and it does not divide by zero.
+    only_pad = embedding_bag(torch.tensor([4, 4, 1], device=device), w, torch.tensor([0, 2], device=device),
+                             mode=mode, padding_idx=4)
+    assert (only_pad[0] == 0).all() and torch.equal(only_pad[1], w[1])
+
+
+def test_embedding_bag_per_sample_weights_and_their_gradient(device):
+    w = _weight(9, 6, device).requires_grad_(True)
+    inp = torch.tensor([[1, 3, 3, 8], [0, 5, 1, 1]], device=device)
+    psw = torch.randn(2, 4, generator=torch.Generator().manual_seed(3)).to(device).requires_grad_(True)
+    out = embedding_bag(inp, w, mode="sum", per_sample_weights=psw, padding_idx=5)
+    want = _loop_reference(inp.cpu(), w.detach().cpu(), None, "sum", psw.detach().cpu(), padding_idx=5)
+    torch.testing.assert_close(out.detach().double().cpu(), want, rtol=1e-6, atol=1e-6)
+    g = torch.randn(2, 6, generator=torch.Generator().manual_seed(4)).to(device)
+    gw, gp = torch.autograd.grad(out, [w, psw], g)
+    # d out[b] / d psw[b, j] = <g[b], w[inp[b, j]]>, and 0 for the padding entry.
+    want_gp = (g[:, None, :] * w.detach()[inp]).sum(-1)
+    want_gp[1, 1] = 0
+    torch.testing.assert_close(gp, want_gp, rtol=1e-5, atol=1e-6)
+    assert gp[1, 1] == 0
+    assert (gw[5] == 0).all() and (gw[[2, 4, 6, 7]] == 0).all()
+    torch.testing.assert_close(gw[3], 2 * 0 + g[0] * (psw[0, 1] + psw[0, 2]).detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_bag_max_gradient_goes_to_first_tied_index(device):
+    w = torch.tensor([[1.0, 5.0], [3.0, 5.0], [3.0, 0.0]], device=device, requires_grad=True)
+    inp = torch.tensor([0, 1, 2, 1], device=device)
+    out = embedding_bag(inp, w, torch.tensor([0], device=device), mode="max")
+    assert out.tolist() == [[3.0, 5.0]]
+    (gw,) = torch.autograd.grad(out, w, torch.tensor([[10.0, 20.0]], device=device))
+    # Column 0: max 3 first at position 1 (row 1); column 1: max 5 first at position 0 (row 0).
+    assert gw.tolist() == [[0.0, 20.0], [10.0, 0.0], [0.0, 0.0]]
+
+
+def test_embedding_bag_include_last_offset_is_csr_like_torch(device):
+    w = _weight(10, 4, device)
+    inp = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9], device=device)
+    off = torch.tensor([0, 2, 3, 8], device=device)
+    for mode in ("sum", "mean", "max"):
+        got = embedding_bag(inp, w, off, mode=mode, include_last_offset=True)
+        assert got.shape == (3, 4)
+        torch.testing.assert_close(got, F.embedding_bag(inp, w, off, mode=mode, include_last_offset=True))
+        torch.testing.assert_close(got, embedding_bag(inp, w, off[:-1], mode=mode))
+    # A last offset short of len(input) is refused: torch's own CPU kernels disagree there
+    # (float32 sum stops at it, mean divides by the count to the end, float64 runs to the end).
+    with pytest.raises(ValueError, match="with include_last_offset, end at len"):
+        embedding_bag(inp, w, torch.tensor([0, 2, 3], device=device), mode="sum", include_last_offset=True)
+
+
+def test_embedding_bag_sparse_gradient_is_coalesced_and_equals_dense(monkeypatch, device):
+    monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(4, 8, 8, 1))
+    w = _weight(30, 12, device).requires_grad_(True)
+    inp = torch.tensor([5, 5, 5, 1, 29, 5, 7, 7, 0, 5, 5, 5, 5, 3, 2, 5, 1, 7], device=device)
+    off = torch.tensor([0, 4, 4, 9, 15], device=device)
+    g = torch.randn(5, 12, generator=torch.Generator().manual_seed(5)).to(device)
+    for mode in ("sum", "mean"):
+        (dense,) = torch.autograd.grad(embedding_bag(inp, w, off, mode=mode, padding_idx=7), w, g)
+        (sp,) = torch.autograd.grad(embedding_bag(inp, w, off, mode=mode, padding_idx=7, sparse=True), w, g)
+        assert sp.is_sparse and sp.is_coalesced()
+        assert sp._indices().tolist() == [[0, 1, 2, 3, 5, 29]]  # distinct indices, padding 7 left out
+        assert torch.equal(sp.to_dense(), dense)
+        (tsp,) = torch.autograd.grad(F.embedding_bag(inp, w, off, mode=mode, padding_idx=7, sparse=True), w, g)
+        torch.testing.assert_close(sp.to_dense(), tsp.to_dense(), rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_bag_2d_input_equals_offsets_form(device):
+    w = _weight(20, 7, device)
+    inp = torch.randint(0, 20, (4, 5), generator=torch.Generator().manual_seed(2)).to(device)
+    off = torch.arange(0, 20, 5, device=device)
+    for mode in ("sum", "mean", "max"):
+        torch.testing.assert_close(embedding_bag(inp, w, mode=mode), embedding_bag(inp.reshape(-1), w, off, mode=mode))
+
+
+def test_embedding_bag_default_mode_is_mean(device):
+    w = _weight(6, 3, device)
+    inp = torch.tensor([[0, 1, 5]], device=device)
+    torch.testing.assert_close(embedding_bag(inp, w), w[[0, 1, 5]].mean(0, keepdim=True))
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_embedding_bag_out_of_range_index_raises_index_error(device):
+    w = _weight(10, 4, device)
+    off = torch.tensor([0, 2], device=device)
+    for bad in (10, 12345, -1):
+        with pytest.raises(IndexError, match=rf"roofkit\.embedding_bag: input holds index {bad} outside"):
+            embedding_bag(torch.tensor([1, 2, bad, 3], device=device), w, off, mode="sum")
+    with pytest.raises(IndexError, match="num_embeddings = 10"):
+        embedding_bag(torch.tensor([[1, 10]], device=device, dtype=torch.int32), w, mode="max")
+
+
+@pytest.mark.parametrize("offsets,ilo", [([1, 2], False), ([0, 3, 2], False), ([0, 5], False), ([0, 2, 9], True),
+                                        ([0, 2, 3], True), ([0, -1], False)])
+def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, device):
+    w = _weight(10, 4, device)
+    inp = torch.tensor([1, 2, 3, 4], device=device)
+    off = torch.tensor(offsets, device=device)
+    with pytest.raises(ValueError, match=r"roofkit\.embedding_bag: offsets must start at 0"):
+        embedding_bag(inp, w, off, mode="sum", include_last_offset=ilo)
+
+
+def _t(*shape, dtype=torch.float32):
+    return torch.ones(*shape, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,words",
+    [
+        (dict(input=_t(4), weight=_t(5, 3), offsets=torch.tensor([0])), TypeError, ["input", "int32, int64", "float32"]),
+        (dict(input=[1, 2], weight=_t(5, 3), offsets=torch.tensor([0])), TypeError, ["input", "torch.Tensor"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0.0])), TypeError, ["offsets", "int32"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3, dtype=torch.float64), offsets=torch.tensor([0])), TypeError,
+         ["weight", "float64"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), per_sample_weights=_t(1, dtype=torch.float16),
+              mode="sum"), TypeError, ["per_sample_weights", "dtype"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), padding_idx=1.0), TypeError, ["padding_idx"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), sparse=1), TypeError, ["sparse", "bool"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3)), ValueError, ["offsets", "1-D"]),
+        (dict(input=torch.tensor([[1]]), weight=_t(5, 3), offsets=torch.tensor([0])), ValueError, ["offsets", "None", "2-D"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([[0]])), ValueError, ["offsets", "1-D"]),
+        (dict(input=torch.ones(1, 1, 1, dtype=torch.long), weight=_t(5, 3)), ValueError, ["input", "1-D", "2-D"]),
+        (dict(input=torch.tensor([1]), weight=_t(5), offsets=torch.tensor([0])), ValueError, ["weight", "2-D"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), mode="min"), ValueError, ["mode"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), mode="max", sparse=True), ValueError,
+         ["max", "sparse"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), padding_idx=5), ValueError,
+         ["padding_idx", "[-5, 4]"]),
+        (dict(input=torch.tensor([1, 2]), weight=_t(5, 3), offsets=torch.tensor([0]), per_sample_weights=_t(3), mode="sum"),
+         ValueError, ["per_sample_weights", "shape"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([], dtype=torch.long), include_last_offset=True),
+         ValueError, ["offsets", "include_last_offset"]),
+        (dict(input=torch.tensor([[1]]), weight=_t(5, 3), include_last_offset=True), ValueError, ["include_last_offset"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), max_norm=1.0), NotImplementedError,
+         ["max_norm"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), scale_grad_by_freq=True),
+         NotImplementedError, ["scale_grad_by_freq"]),
+        (dict(input=torch.tensor([1]), weight=_t(5, 3), offsets=torch.tensor([0]), per_sample_weights=_t(1), mode="mean"),
+         NotImplementedError, ["per_sample_weights", "sum"]),
+    ],
+)
+def test_embedding_bag_bad_input_raises_clear_error(kwargs, exc, words):
+    with pytest.raises(exc) as info:
+        embedding_bag(**kwargs)
+    assert "roofkit.embedding_bag" in str(info.value)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_embedding_bag_mismatched_devices_name_the_argument():
+    w = torch.ones(5, 3)
+    inp, off = torch.tensor([1]), torch.tensor([0])
+    for name, kwargs in [("offsets", dict(offsets=off.to("meta"))),
+                         ("weight", dict(offsets=off, weight=w.to("meta"))),
+                         ("per_sample_weights", dict(offsets=off, per_sample_weights=torch.ones(1, device="meta"),
+                                                     mode="sum"))]:
+        kwargs.setdefault("weight", w)
+        with pytest.raises(ValueError, match=rf"roofkit\.embedding_bag: {name} is on meta but input is on cpu"):
+            embedding_bag(inp, **kwargs)
+
+
+def test_embedding_bag_cpu_tensor_without_interpreter_is_refused(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match=r"roofkit\.embedding_bag: input is on cpu"):
+        embedding_bag(torch.tensor([[1]]), torch.ones(3, 2))
+
+
+# ----------------------------------------------------------------------------- empty, compile, cost
+
+
+def test_embedding_bag_empty_inputs_return_without_launch(forbid_launch, device):
+    for name in KERNELS:
+        forbid_launch(eb, name)
+    w = _weight(6, 4, device).requires_grad_(True)
+    out = embedding_bag(torch.empty(0, 3, dtype=torch.long, device=device), w, mode="sum")
+    assert out.shape == (0, 4)
+    (gw,) = torch.autograd.grad(out, w, torch.ones_like(out))
+    assert gw.shape == (6, 4) and (gw == 0).all()
+    for mode in ("sum", "mean", "max"):
+        out = embedding_bag(torch.empty(0, dtype=torch.long, device=device), w, torch.zeros(3, dtype=torch.long, device=device),
+                            mode=mode)
+        assert out.shape == (3, 4) and (out == 0).all()
+        (gw,) = torch.autograd.grad(out, w, torch.ones_like(out))
+        assert (gw == 0).all()
+    out = embedding_bag(torch.tensor([[1, 2]], device=device), _weight(6, 0, device), mode="mean")
+    assert out.shape == (1, 0)
+    with pytest.raises(ValueError, match="offsets must start at 0"):
+        embedding_bag(torch.empty(0, dtype=torch.long, device=device), w, torch.tensor([0, 2], device=device))
+
+
+@pytest.mark.parametrize("mode", ["sum", "max"])
+def test_embedding_bag_compiles_fullgraph_with_backward(mode, device):
+    psw_on = mode == "sum"
+
+    def fn(inp, w, off, psw):
+        return embedding_bag(inp, w * 2.0, off, mode=mode, per_sample_weights=psw, padding_idx=3).sum(dim=1)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    inp = torch.tensor([1, 3, 3, 8, 0, 5, 1, 1, 2], device=device)
+    off = torch.tensor([0, 4, 4, 7], device=device)
+    w = _weight(10, 6, device).requires_grad_(True)
+    psw = torch.randn(9, generator=torch.Generator().manual_seed(6)).to(device).requires_grad_(True) if psw_on else None
+    params = [w, psw] if psw_on else [w]
+    out = compiled(inp, w, off, psw)
+    grads = torch.autograd.grad(out, params, torch.ones_like(out))
+    ref_params = [p.detach().clone().requires_grad_(True) for p in params]
+    ref = F.embedding_bag(inp, ref_params[0] * 2.0, off, mode=mode, per_sample_weights=ref_params[1] if psw_on else None,
+                          padding_idx=3).sum(dim=1)
+    ref_grads = torch.autograd.grad(ref, ref_params, torch.ones_like(ref))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_embedding_bag_cost_hand_computed():
+    c = case("t", shape=(4, 3), num_embeddings=100, dim=8)  # offsets layout, int64 indices
+    fp32 = eb.embedding_bag_cost(c, torch.float32)
+    # 12 indices * 8 B + 5 offsets * 8 B + 12 rows * 8 * 4 B + 4 * 8 * 4 B outputs
+    assert fp32.bytes == 12 * 8 + 5 * 8 + 12 * 32 + 4 * 32
+    assert fp32.flops == 12 * 8
+    c2 = case("t", shape=(4, 3), num_embeddings=100, dim=8, layout="2d", index_dtype="int32", psw=True,
+              mode="fwd_bwd")
+    bf16 = eb.embedding_bag_cost(c2, torch.bfloat16)
+    fwd = 12 * 4 + 12 * 16 + 4 * 16 + 12 * 2
+    bwd = 4 * 16 + 12 * 4 + 100 * 16 + 12 * 2
+    assert bf16.bytes == fwd + bwd
+    assert bf16.flops == 2 * 12 * 8 + 12 * 8
+    bwd_only = eb.embedding_bag_cost(case("t", **{**c2.params, "mode": "bwd"}), torch.bfloat16)
+    assert bwd_only.bytes == bwd and bwd_only.flops == 12 * 8
+
+
+def test_embedding_bag_launch_heuristics(monkeypatch):
+    # DLRM: rows of 128 fp32, bags of 32: a bag's 32 rows in one [32, 128] step.
+    assert eb._fwd_config(32, 128, 4) == eb.FwdConfig(32, 128, 4)
+    # Token embedding: bags of one, rows of 4096 bf16 in one block.
+    assert eb._fwd_config(1, 4096, 2) == eb.FwdConfig(1, 4096, 4)
+    assert eb._fwd_config(5000, 64, 4).BLOCK_L == eb.FWD_MAX_BLOCK_L
+    monkeypatch.setattr(eb, "sm_count", lambda device: 132)
+    cfg = eb._bwd_config(65536 * 32, 128, torch.device("cpu"))
+    assert (cfg.BLOCK_K, cfg.BLOCK_D, cfg.E) == (32, 128, 32 * eb.BWD_MAX_CHUNKS)
+    small = eb._bwd_config(8192, 4096, torch.device("cpu"))
+    assert small.BLOCK_D == eb.BWD_MAX_BLOCK_D and small.E % small.BLOCK_K == 0
+    assert triton_cdiv(8192, small.E) * (4096 // small.BLOCK_D) >= 132  # the grid fills the device
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)
+
+
+def test_embedding_bag_spec_declares_the_acceptance_suites():
+    assert SPEC.name == "embedding_bag" and SPEC.grad_args == (1, 8)
+    assert {"llama3-8b", "dlrm", "acceptance"} <= set(SPEC.suites)
+    assert {"torch", "torch.compile"} <= set(SPEC.baselines)
+    dlrm = {c.name: c for c in SPEC.suites["dlrm"]}
+    for name in ("sum_uniform", "sum_powerlaw", "sum_uniform_fwd_bwd", "sum_powerlaw_fwd_bwd"):
+        c = dlrm[name]
+        assert (c["shape"], c["num_embeddings"], c["dim"], c["bag_mode"]) == ((65536, 32), 1 << 20, 128, "sum")
+        assert c.dtypes == (torch.float32,)
+    gpu = [c for c in SPEC.cases if "gpu" in c.tags]
+    for feature in ("ragged", "dist", "padding_idx", "psw"):
+        assert any(c.get(feature) for c in gpu), feature
+    assert any(c.get("dist") == "powerlaw" for c in gpu) and any(c.get("dist") == "repeat" for c in gpu)
