@@ -8,7 +8,8 @@ The ops are imported on first use, so a program (or the CLI) can set TRITON_INTE
 """
 
 __version__ = "0.1.0"
-_OPS = ("softmax", "log_softmax", "rms_norm", "embedding_bag")
+_OPS = ("softmax", "log_softmax", "rms_norm", "embedding_bag", "scatter_add", "index_add", "masked_select",
+        "compact")
 __all__ = [*_OPS, "__version__"]
 
 

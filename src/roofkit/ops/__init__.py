@@ -1,16 +1,21 @@
 """roofkit's kernels. Importing this package registers every op's spec with the harness."""
 
 from ..harness.registry import register
+from . import compact as _compact_module
 from . import embedding_bag as _embedding_bag_module
 from . import rms_norm as _rms_norm_module
+from . import scatter as _scatter_module
 from . import softmax as _softmax_module
+from .compact import compact, masked_select
 from .embedding_bag import embedding_bag
 from .rms_norm import rms_norm
+from .scatter import index_add, scatter_add
 from .softmax import log_softmax, softmax
 
-_MODULES = (_softmax_module, _rms_norm_module, _embedding_bag_module)
+_MODULES = (_softmax_module, _rms_norm_module, _embedding_bag_module, _scatter_module, _compact_module)
 for _module in _MODULES:
     for _spec in _module.SPECS:
         register(_spec)
 
-__all__ = ["softmax", "log_softmax", "rms_norm", "embedding_bag"]
+__all__ = ["softmax", "log_softmax", "rms_norm", "embedding_bag", "scatter_add", "index_add", "masked_select",
+           "compact"]

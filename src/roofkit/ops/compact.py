@@ -49,14 +49,31 @@ def _kept(case) -> int:
     return round(case.get("keep", 0.5) * math.prod(shape))
 
 
+SECTOR_BYTES = 32  # DRAM access granularity of an input element that is read
+
+
+def _input_fraction(case, size: int) -> float:
+    """Expected fraction of input's bytes any implementation must read: only the 32-byte sectors
+    holding a kept element (1 - (1-p)^k for a random mask keeping p, k elements per sector; about
+    p for clustered masks; all of it when input is broadcast)."""
+    p = case.get("keep", 0.5)
+    shape = tuple(case["shape"])
+    if torch.broadcast_shapes(shape, tuple(case.get("mask_shape", shape))) != shape:
+        return 1.0
+    if case.get("pattern", "random") != "random":
+        return p
+    return 1.0 - (1.0 - p) ** max(1, SECTOR_BYTES // size)
+
+
 def masked_select_cost(case, dtype: torch.dtype) -> Cost:
-    """Read input and mask once, write the kept elements once; no FLOPs."""
+    """Read the mask once and the input sectors holding kept elements (``_input_fraction``: all
+    of them from about 50% kept on), write the kept elements once; no FLOPs. ``mode='fwd_bwd'``
+    adds the backward: read the mask and the kept gradients, write input's gradient."""
     size = torch.empty((), dtype=dtype).element_size()
     numel_x = math.prod(case["shape"])
     numel_m = math.prod(case.get("mask_shape", case["shape"]))
-    fwd = (numel_x + _kept(case)) * size + numel_m
+    fwd = numel_x * size * _input_fraction(case, size) + _kept(case) * size + numel_m
     if case.get("mode", "fwd") == "fwd_bwd":
-        # Backward: read the mask and the kept gradients, write the input-shaped gradient.
         numel_b = math.prod(torch.broadcast_shapes(tuple(case["shape"]), tuple(case.get("mask_shape", case["shape"]))))
         return Cost(flops=0, bytes=fwd + numel_m + (_kept(case) + numel_b) * size)
     return Cost(flops=0, bytes=fwd)
@@ -137,7 +154,8 @@ def _block_ends(m8: torch.Tensor, use_int64: bool) -> torch.Tensor:
     return torch.cumsum(counts, 0, dtype=torch.int64)
 
 
-def _write(x: torch.Tensor, m8: torch.Tensor, ends: torch.Tensor, out: torch.Tensor, count: torch.Tensor | None, use_int64: bool):
+def _write(x: torch.Tensor, m8: torch.Tensor, ends: torch.Tensor, out: torch.Tensor, count: torch.Tensor | None,
+           use_int64: bool) -> None:
     n = x.numel()
     nb = ends.numel()
     _compact_write_kernel[(nb,)](
@@ -281,9 +299,11 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         has none. Backward: grad_input = grad scattered back to the kept positions, zero elsewhere
         (summed over broadcast dimensions by autograd).
     Cost:
-        Reads input (only the kept elements' sectors) and the mask (twice: a count pass and a write
-        pass), writes the kept elements once (``masked_select_cost`` counts input + mask + kept).
-        Broadcast or non-contiguous operands are first materialized contiguous.
+        Reads the mask twice (a count pass and a write pass) and, of input, only the elements it
+        keeps (so only the sectors holding them: a fraction 1 - (1-p)^8 of a float32 input for a
+        random mask keeping p); writes the kept elements once. ``masked_select_cost`` counts the
+        mask once, those input sectors and the kept output. Broadcast or non-contiguous operands
+        are first materialized contiguous.
     Source:
         Two-pass stream compaction (Blelloch 1990; Billeter, Olsson & Assarsson, HPG 2009).
     """
@@ -341,7 +361,8 @@ def _make_mask(shape, keep: float, pattern: str, generator, device) -> torch.Ten
 
 def _make_inputs(case, dtype, generator, device) -> Inputs:
     shape = tuple(case["shape"])
-    x = random_tensor(shape, dtype, generator, device, case.get("dist", "normal"), layout=case.get("layout", "contiguous"))
+    x = random_tensor(shape, dtype, generator, device, case.get("dist", "normal"),
+                      layout=case.get("layout", "contiguous"))
     mshape = tuple(case.get("mask_shape", shape))
     m = _make_mask(mshape, case.get("keep", 0.5), case.get("pattern", "random"), generator, device)
     return Inputs((x, with_layout(m, case.get("mask_layout", "contiguous"))))

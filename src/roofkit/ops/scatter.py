@@ -20,7 +20,11 @@ row (``ROW_INDEX``), else once per element.
   (torch.sort), segment bounds per destination (torch.searchsorted), then one program per tile of
   BLOCK_D destination rows x BLOCK_I columns sums each destination's contributions in sorted
   (= original) order in float32 and writes every destination once (rows without contributions
-  copy input). The result is bitwise reproducible whatever the launch configuration.
+  copy input). A hot destination's segment longer than the piece length (``_piece_length``) is
+  cut into pieces that other programs sum first (``_scatter_add_piece_kernel``); its own program
+  adds their partial sums in piece order. No atomics anywhere: bitwise reproducible run to run,
+  and for destinations of at most SPLIT_MIN contributions the bits are those of a sequential
+  float32 sum in index order, whatever the tile sizes.
 - Backward: grad_input = grad; grad_src = alpha * grad gathered at index (a Triton gather with the
   atomic path's tiling).
 Source: the scatter/segment-reduction formulation of torch.Tensor.scatter_add_ / index_add_
@@ -100,9 +104,15 @@ def scatter_add_cost(case, dtype: torch.dtype) -> Cost:
 
 ATOMIC_TILE = 4096  # elements per atomic-path (and gather) tile: 16 per thread with 8 warps
 ATOMIC_MAX_BLOCK_I = 512
-SORTED_TILE = 2048  # destination elements per deterministic-path tile
+SORTED_TILE = 1024  # destination elements per deterministic-path tile (64 registers at most on sm_90)
 SORTED_MAX_BLOCK_I = 256
 UNROLL = 4  # contributions loaded together per step of the deterministic path (memory-level parallelism)
+# A destination with more contributions than the piece length (at least SPLIT_MIN, about the
+# square root of the longest segment) has its segment cut into pieces summed by separate
+# programs; its own program adds the pieces' partial sums in piece order. Bounds the serial
+# work of a hot destination (every index equal: 65536 contributions -> 256 pieces of 256).
+SPLIT_MIN = 256
+PIECE_TILE = 2048  # contributions x columns per step of a piece program
 
 
 class Config(NamedTuple):
@@ -121,9 +131,14 @@ def _atomic_config(width: int) -> Config:
 
 
 def _sorted_config(width: int) -> Config:
-    """Tiles of SORTED_TILE destination elements, 8 warps: 8 per thread, UNROLL gathers in flight."""
+    """Tiles of SORTED_TILE destination elements, 8 warps: 4 per thread, each with UNROLL gathers
+    in flight (4 x 4 independent loads per thread; about 64 registers, so 4 programs per SM)."""
     block_i = min(next_pow2(width), SORTED_MAX_BLOCK_I)
     return Config(max(1, SORTED_TILE // block_i), block_i, 8)
+
+
+def _piece_length(longest: int) -> int:
+    return max(SPLIT_MIN, next_pow2(math.isqrt(max(longest, 1))))
 
 
 def _max_offset(t: torch.Tensor) -> int:
@@ -191,18 +206,19 @@ def _scatter_add_atomic_kernel(
 
 @triton.jit
 def _scatter_add_sorted_kernel(
-    inp_ptr, out_ptr, src_ptr, perm_ptr, bounds_ptr, alpha,
-    N, L, W, B_INNER, n_db, n_ib,
+    inp_ptr, out_ptr, src_ptr, perm_ptr, bounds_ptr, extra_ptr, first_ptr, part_ptr, alpha,
+    N, L, W, B_INNER, n_db, n_ib, SEG, n_pieces,
     stride_io, stride_in, stride_ii,
     stride_oo, stride_on, stride_oi,
     stride_so, stride_sl, stride_si,
-    BATCHED: tl.constexpr, HAS_ALPHA: tl.constexpr, USE_INT64: tl.constexpr, BF16_RNE: tl.constexpr,
-    UNROLL: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_I: tl.constexpr,
+    BATCHED: tl.constexpr, HAS_PIECES: tl.constexpr, HAS_ALPHA: tl.constexpr, USE_INT64: tl.constexpr,
+    BF16_RNE: tl.constexpr, UNROLL: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_I: tl.constexpr,
 ):
     """Destination rows n of batch b (outer slice o = b // B_INNER, first column i0 = b % B_INNER):
-    out = inp + alpha * the sum, in sorted order and in float32, of the src rows whose positions
-    perm[bounds[n] : bounds[n+1]] holds (BATCHED: bounds and perm of batch b). Each destination is
-    written once. Tile [BLOCK_D, BLOCK_I]."""
+    out = inp + alpha * the float32 sum, in sorted order, of the src rows whose positions
+    perm[bounds[q] : bounds[q+1]] holds (q = n, or b * N + n when BATCHED): the first SEG of them
+    here, then (HAS_PIECES) the partial sums of the segment's further pieces, in piece order.
+    Each destination is written once. Tile [BLOCK_D, BLOCK_I]."""
     pid = tl.program_id(0)
     ib = pid % n_ib
     rest = pid // n_ib
@@ -220,29 +236,84 @@ def _scatter_add_sorted_kernel(
         cols = cols.to(tl.int64)
         o = o.to(tl.int64)
         b = b.to(tl.int64)
-    seg = bounds_ptr + n
+    # Per-destination values are kept as [BLOCK_D, 1] columns: 1-D vectors here make Triton 3.6's
+    # layout pass fail on sm_90 ("mask type matches ptr type") once the src rows vectorize.
+    q = n[:, None]
     l_base = 0
     if BATCHED:
-        seg += b * N
+        q += b * N
         l_base = b * L
-    start = tl.load(seg, mask=n_mask, other=0)
-    cnt = tl.load(seg + 1, mask=n_mask, other=0) - start
+    start = tl.load(bounds_ptr + q, mask=n_mask[:, None], other=0)
+    cnt = tl.load(bounds_ptr + q + 1, mask=n_mask[:, None], other=0) - start
+    head = tl.minimum(cnt, SEG)
     src_cols = src_ptr + o * stride_so + cols[None, :] * stride_si
     acc = tl.zeros([BLOCK_D, BLOCK_I], tl.float32)
-    for j in range(0, tl.max(cnt, axis=0), UNROLL):
+    for j in range(0, tl.max(tl.max(head, axis=1), axis=0), UNROLL):
         for u in tl.static_range(UNROLL):
-            valid = (j + u) < cnt
-            p = tl.load(perm_ptr + start + j + u, mask=valid, other=0) - l_base
-            v = tl.load(src_cols + p[:, None] * stride_sl, mask=valid[:, None] & tile_mask, other=0.0)
+            valid = (j + u) < head
+            p = tl.load(perm_ptr + start + (j + u), mask=valid, other=0) - l_base
+            v = tl.load(src_cols + p * stride_sl, mask=valid & tile_mask, other=0.0)
             acc += v.to(tl.float32)  # one destination's contributions in order: deterministic
+    if HAS_PIECES:
+        n_extra = tl.load(extra_ptr + q, mask=n_mask[:, None], other=0)
+        row = tl.load(first_ptr + q, mask=n_mask[:, None], other=0)
+        if not BATCHED:
+            row += b * n_pieces  # every batch has its own partial sums of the shared pieces
+        for e in range(0, tl.max(tl.max(n_extra, axis=1), axis=0), UNROLL):
+            for u in tl.static_range(UNROLL):
+                valid = (e + u) < n_extra
+                acc += tl.load(part_ptr + (row + e + u) * W + c[None, :], mask=valid & tile_mask, other=0.0)
     x = tl.load(inp_ptr + o * stride_io + n[:, None] * stride_in + cols[None, :] * stride_ii,
                 mask=tile_mask, other=0.0).to(tl.float32)
     if HAS_ALPHA:
         acc = acc * alpha
     # Destinations without contributions keep input's exact bits (x + 0.0 would turn -0.0 into +0.0).
-    y = tl.where((cnt > 0)[:, None], x + acc, x)
+    y = tl.where(cnt > 0, x + acc, x)
     tl.store(out_ptr + o * stride_oo + n[:, None] * stride_on + cols[None, :] * stride_oi,
              _round_for_store(y, out_ptr, BF16_RNE), mask=tile_mask)
+
+
+@triton.jit
+def _scatter_add_piece_kernel(
+    src_ptr, perm_ptr, piece_ptr, part_ptr,
+    N, L, W, B_INNER, n_pieces, n_ib,
+    stride_so, stride_sl, stride_si,
+    BATCHED: tl.constexpr, USE_INT64: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_I: tl.constexpr,
+):
+    """Partial sum (float32) of one piece of a long segment: the src rows at perm[start:end) for
+    BLOCK_I columns, BLOCK_P rows per step, steps in order. piece = (q, start, end); batch b from q
+    (BATCHED) or from the grid. Tile [BLOCK_P, BLOCK_I]."""
+    pid = tl.program_id(0)
+    ib = pid % n_ib
+    rest = pid // n_ib
+    pc = rest % n_pieces
+    bg = rest // n_pieces
+    q = tl.load(piece_ptr + 3 * pc)
+    a = tl.load(piece_ptr + 3 * pc + 1)
+    e = tl.load(piece_ptr + 3 * pc + 2)
+    if BATCHED:
+        b = q // N
+        l_base = b * L
+    else:
+        b = bg.to(q.dtype)
+        l_base = 0
+    o = b // B_INNER
+    i0 = b % B_INNER
+    c = ib * BLOCK_I + tl.arange(0, BLOCK_I)
+    c_mask = c < W
+    cols = i0 + c
+    if USE_INT64:
+        cols = cols.to(tl.int64)
+    src_cols = src_ptr + o * stride_so + cols[None, :] * stride_si
+    acc = tl.zeros([BLOCK_I], tl.float32)
+    for s0 in range(a, e, BLOCK_P):
+        k = s0 + tl.arange(0, BLOCK_P)
+        k_mask = k < e
+        p = tl.load(perm_ptr + k, mask=k_mask, other=0) - l_base
+        v = tl.load(src_cols + p[:, None] * stride_sl, mask=k_mask[:, None] & c_mask[None, :], other=0.0)
+        acc += tl.sum(v.to(tl.float32), axis=0)
+    row = bg.to(tl.int64) * n_pieces + pc
+    tl.store(part_ptr + row * W + c, acc, mask=c_mask)
 
 
 @triton.jit
@@ -407,15 +478,17 @@ def _sort_keys(c: _Canon) -> tuple[torch.Tensor, int, int, int, bool, torch.Tens
 
 def _sorted_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
     keys, B, b_inner, width, batched, used = _sort_keys(c)
-    lo, hi = torch.aminmax(used)
-    lo, hi = torch.stack((lo, hi)).tolist()
-    if lo < 0 or hi >= c.N:
-        raise _index_error(op, c)
     n_dest = (B if batched else 1) * c.N
+    dev = keys.device
+    bad = ((used < 0) | (used >= c.N)).any()
     # int32 keys halve the radix sort's passes and traffic whenever they fit.
     kdt = torch.int32 if n_dest < 2**31 else torch.int64
     sorted_keys, perm = torch.sort(keys.to(kdt), stable=True)
-    bounds = torch.searchsorted(sorted_keys, torch.arange(n_dest + 1, device=keys.device, dtype=kdt))
+    bounds = torch.searchsorted(sorted_keys, torch.arange(n_dest + 1, device=dev, dtype=kdt))
+    counts = bounds[1:] - bounds[:-1]
+    bad, longest = torch.stack((bad.to(torch.int64), counts.max())).tolist()  # one synchronization
+    if bad:
+        raise _index_error(op, c)
     if c.full:
         inp3 = input.reshape(c.outer, c.N, c.W)
         out3, tmp, view = out.view(c.outer, c.N, c.W), None, out
@@ -423,15 +496,35 @@ def _sorted_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alp
         out.copy_(input)
         out3, tmp, view = _out_view(out, c)
         inp3 = out3  # each element is read and written by the same program
+    s = c.src
+    seg = _piece_length(longest)
+    has_pieces = longest > seg
+    extra = first = part = bounds  # placeholders, never read without pieces
+    n_pieces = 0
+    if has_pieces:
+        extra = torch.where(counts > 0, (counts - 1) // seg, 0)
+        first = torch.cumsum(extra, 0) - extra
+        n_pieces = int(extra.sum())
+        q = torch.repeat_interleave(torch.arange(n_dest, device=dev), extra, output_size=n_pieces)
+        a = bounds[q] + (torch.arange(n_pieces, device=dev) - first[q] + 1) * seg
+        pieces = torch.stack((q, a, torch.minimum(a + seg, bounds[q + 1])), dim=1).contiguous()
+        n_bg = 1 if batched else B
+        part = torch.empty((n_bg * n_pieces, width), dtype=torch.float32, device=dev)
+        block_i = min(next_pow2(width), SORTED_MAX_BLOCK_I)
+        block_p = max(1, min(seg, PIECE_TILE // block_i))
+        n_ib = triton.cdiv(width, block_i)
+        _scatter_add_piece_kernel[(n_bg * n_pieces * n_ib,)](
+            s, perm, pieces, part, c.N, c.L, width, b_inner, n_pieces, n_ib, *s.stride(),
+            BATCHED=batched, USE_INT64=_use_int64(s, perm, part), BLOCK_P=block_p, BLOCK_I=block_i, num_warps=4,
+        )
     cfg = _sorted_config(width)
     n_db, n_ib = triton.cdiv(c.N, cfg.BLOCK_R), triton.cdiv(width, cfg.BLOCK_I)
-    s = c.src
     _scatter_add_sorted_kernel[(B * n_db * n_ib,)](
-        inp3, out3, s, perm, bounds, alpha, c.N, c.L, width, b_inner, n_db, n_ib,
-        *inp3.stride(), *out3.stride(), *s.stride(),
-        BATCHED=batched, HAS_ALPHA=alpha != 1, USE_INT64=_use_int64(inp3, out3, s, bounds, perm),
-        BF16_RNE=bf16_rne(out.dtype), UNROLL=UNROLL, BLOCK_D=cfg.BLOCK_R, BLOCK_I=cfg.BLOCK_I,
-        num_warps=cfg.num_warps,
+        inp3, out3, s, perm, bounds, extra, first, part, alpha, c.N, c.L, width, b_inner, n_db, n_ib,
+        seg, n_pieces, *inp3.stride(), *out3.stride(), *s.stride(),
+        BATCHED=batched, HAS_PIECES=has_pieces, HAS_ALPHA=alpha != 1,
+        USE_INT64=_use_int64(inp3, out3, s, bounds, perm, part), BF16_RNE=bf16_rne(out.dtype),
+        UNROLL=UNROLL, BLOCK_D=cfg.BLOCK_R, BLOCK_I=cfg.BLOCK_I, num_warps=cfg.num_warps,
     )
     if tmp is not None:
         view.copy_(tmp.view(view.shape))
@@ -440,6 +533,8 @@ def _sorted_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alp
 def _scatter_add_forward(op, input, dim, index, src, alpha, index_add, deterministic) -> torch.Tensor:
     out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     c = _canonical(input, dim, index, src, index_add)
+    if c.N == 0 and c.outer * c.L * c.W:
+        raise _index_error(op, c)  # every index value is out of range of an empty dimension
     if out.numel() == 0:
         return out
     if c.outer * c.L * c.W == 0:
@@ -592,14 +687,19 @@ def scatter_add(
     Numerics:
         Atomic path: each contribution is added atomically in input's dtype (as torch does), in
         an unspecified order (not bitwise reproducible). Deterministic path: each destination's
-        contributions are summed in float32 in index order and added to input with one rounding
-        (more accurate than torch for float16/bfloat16). Backward: grad_input = grad,
-        grad_src = grad gathered at index (zero outside index's extent); first order only.
+        contributions are summed in float32 in index order (a destination with more than
+        ``SPLIT_MIN`` of them: in fixed pieces, combined in order) and added to input with one
+        rounding (more accurate than torch for float16/bfloat16); bitwise reproducible.
+        Backward: grad_input = grad, grad_src = grad gathered at index (zero outside index's
+        extent, where torch refuses); first order only.
     Cost:
         Reads input, the src elements under index and the index once, writes the output once;
         one add per index element (``scatter_add_cost``). The atomic path writes the output twice
-        (a copy of input, then the atomics); the deterministic path adds a stable sort of the
-        keys (torch.sort) and per-destination segment bounds (torch.searchsorted).
+        (a copy of input, then the atomics). The deterministic path adds a stable sort of the
+        keys (torch.sort; int32 keys when they fit), per-destination segment bounds
+        (torch.searchsorted) and gathers of src in sorted order; with an index that varies along
+        the trailing dimensions it sorts one key per element and writes destinations with the
+        stride of the trailing dimensions (a general fallback, not a fast path).
     Source:
         torch.Tensor.scatter_add_ (semantics); segmented reduction over sorted keys (Blelloch 1990).
     """
@@ -679,7 +779,8 @@ def index_add(
         )
     det = _resolve_deterministic(op, deterministic)
     if input.dim() == 0:
-        return _scatter_add_op(input.reshape(1), 0, index.reshape(1), source.reshape(1), float(alpha), True, det).reshape(())
+        out = _scatter_add_op(input.reshape(1), 0, index.reshape(1), source.reshape(1), float(alpha), True, det)
+        return out.reshape(())
     return _scatter_add_op(input, d, index.reshape(-1), source.reshape(expected), float(alpha), True, det)
 
 
@@ -717,8 +818,10 @@ def _index_add_inputs(case, dtype, generator, device) -> Inputs:
     N = shape[d] if shape else 1
     dist = case.get("dist", "normal")
     x = random_tensor(shape, dtype, generator, device, dist, layout=case.get("layout", "contiguous"))
-    src = random_tensor(_index_space(case), dtype, generator, device, dist, layout=case.get("source_layout", "contiguous"))
-    idx = _make_index(case.get("index", "uniform"), (L,), max(N, 1), getattr(torch, case.get("index_dtype", "int64")), generator, device)
+    src = random_tensor(_index_space(case), dtype, generator, device, dist,
+                        layout=case.get("source_layout", "contiguous"))
+    idx_dtype = getattr(torch, case.get("index_dtype", "int64"))
+    idx = _make_index(case.get("index", "uniform"), (L,), max(N, 1), idx_dtype, generator, device)
     kwargs = {"alpha": case.get("alpha", 1)}
     if "deterministic" in case.params:
         kwargs["deterministic"] = case["deterministic"]
@@ -765,6 +868,28 @@ def _torch_index_add(input, dim, index, source, *, alpha=1, deterministic=None):
     return torch.index_add(input, dim, index, source, alpha=alpha)
 
 
+def _torch_deterministic(fn):
+    """``fn`` run with torch's deterministic algorithms on (sort-based index_add on CUDA; torch
+    raises where it has none), without the NaN fill of fresh allocations that mode adds."""
+
+    def factory():
+        import torch.utils.deterministic as det
+
+        def run(*args, **kwargs):
+            before, fill = torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory
+            torch.use_deterministic_algorithms(True)
+            det.fill_uninitialized_memory = False
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                torch.use_deterministic_algorithms(before)
+                det.fill_uninitialized_memory = fill
+
+        return run
+
+    return factory
+
+
 _F32 = (torch.float32,)
 _BF16 = (torch.bfloat16,)
 _MI = 1 << 20
@@ -788,17 +913,22 @@ INDEX_ADD_CASES = [
     case("deterministic_dim1_3x6x5_L8", shape=(3, 6, 5), dim=1, L=8, deterministic=True),
     case("deterministic_1d_L300_into_7", shape=(7,), L=300, deterministic=True),
     case("deterministic_same_alpha_6x3_L50", shape=(6, 3), L=50, index="same", alpha=2.0, deterministic=True),
-    case("deterministic_int32_offset_8x6_L9", shape=(8, 6), L=9, index_dtype="int32", layout="offset", deterministic=True),
+    case("deterministic_int32_offset_8x6_L9", shape=(8, 6), L=9, index_dtype="int32", layout="offset",
+         deterministic=True),
     case("empty_index_4x3_L0", ["quick"], shape=(4, 3), L=0),
     case("empty_input_0x3_L0", shape=(0, 3), L=0),
     case("empty_rows_5x0_L4", shape=(5, 0), L=4),
     # On the GPU: the acceptance shapes of issue 5 and the llama3-8b embedding backward.
     case("gpu_rows_1Mix64_L1Mi", ["gpu"], shape=(_MI, 64), L=_MI, dtypes=_F32, grad=False),
-    case("gpu_rows_1Mix64_L1Mi_deterministic", ["gpu"], shape=(_MI, 64), L=_MI, dtypes=_F32, deterministic=True, grad=False),
+    case("gpu_rows_1Mix64_L1Mi_deterministic", ["gpu"], shape=(_MI, 64), L=_MI, dtypes=_F32, deterministic=True,
+         grad=False),
     case("gpu_1d_L64Mi_into_1Mi", ["gpu"], shape=(_MI,), L=64 * _MI, dtypes=_F32, grad=False),
-    case("gpu_1d_L4Mi_into_1Mi_deterministic", ["gpu"], shape=(_MI,), L=4 * _MI, dtypes=_F32, deterministic=True, grad=False),
-    case("gpu_same_destination_1d_L4Mi_ties", ["gpu"], shape=(1000,), L=4 * _MI, index="same", dist="ties", dtypes=_F32),
-    case("gpu_same_destination_rows_L65536_ties", ["gpu"], shape=(4096, 64), L=65536, index="same", dist="ties", dtypes=_F32),
+    case("gpu_1d_L4Mi_into_1Mi_deterministic", ["gpu"], shape=(_MI,), L=4 * _MI, dtypes=_F32, deterministic=True,
+         grad=False),
+    case("gpu_same_destination_1d_L4Mi_ties", ["gpu"], shape=(1000,), L=4 * _MI, index="same", dist="ties",
+         dtypes=_F32),
+    case("gpu_same_destination_rows_L65536_ties", ["gpu"], shape=(4096, 64), L=65536, index="same", dist="ties",
+         dtypes=_F32),
     case("gpu_duplicates_65536x128_L262144", ["gpu"], shape=(65536, 128), L=262144),
     case("gpu_duplicates_65536x128_L262144_deterministic", ["gpu"], shape=(65536, 128), L=262144, deterministic=True),
     case("gpu_embedding_bwd_16384x4096_L8192", ["gpu"], shape=(16384, 4096), L=8192, index="skewed", dtypes=_BF16),
@@ -912,6 +1042,7 @@ SCATTER_ADD_SPEC = OpSpec(
     baselines={
         "torch": lambda: _torch_scatter_add,
         "torch.compile": baselines.compiled(_torch_scatter_add),
+        "torch.deterministic": _torch_deterministic(_torch_scatter_add),
         "flaggems": baselines.flaggems(_torch_scatter_add),
     },
     grad_args=(0, 3),
@@ -935,6 +1066,7 @@ INDEX_ADD_SPEC = OpSpec(
     baselines={
         "torch": lambda: _torch_index_add,
         "torch.compile": baselines.compiled(_torch_index_add),
+        "torch.deterministic": _torch_deterministic(_torch_index_add),
         "flaggems": baselines.flaggems(_torch_index_add),
     },
     grad_args=(0, 3),

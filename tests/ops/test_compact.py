@@ -1,0 +1,210 @@
+"""masked_select / compact properties the registry-wide test cannot state."""
+
+import importlib
+
+import pytest
+import torch
+
+from roofkit.harness.spec import case
+from roofkit.harness.verify import select_cases, verify_op
+from roofkit.ops.compact import SPEC, compact, masked_select
+
+compact_module = importlib.import_module("roofkit.ops.compact")
+
+pytestmark = pytest.mark.compact
+
+_KERNELS = ("_compact_count_kernel", "_compact_write_kernel", "_masked_expand_kernel")
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _mask(shape, keep, device, seed=0, pattern="random"):
+    return compact_module._make_mask(shape, keep, pattern, _gen(seed), device)
+
+
+def _bits(t):
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+@pytest.mark.parametrize("name", [c.name for c in select_cases(SPEC, torch.device("cpu"))])
+def test_masked_select_matches_float64_reference(name, device):
+    report = verify_op(SPEC, cases=[name], seeds=2, device=device)
+    assert report.rows and report.passed, report.summary()
+
+
+@pytest.mark.parametrize("pattern", ["random", "runs", "prefix"])
+@pytest.mark.parametrize("keep", [0.0, 0.05, 0.5, 0.95, 1.0])
+def test_compact_keeps_order_exactly_across_blocks(keep, pattern, monkeypatch, device):
+    # Blocks of 64 elements: 2000 elements make 32 blocks, so the cross-block prefix matters.
+    monkeypatch.setattr(compact_module, "BLOCK", 64)
+    x = torch.randn(2000, generator=_gen(1)).to(device)
+    m = _mask((2000,), keep, device, seed=2, pattern=pattern)
+    want = torch.masked_select(x, m)
+    values, count = compact(x, m)
+    assert count.shape == () and count.dtype == torch.int64 and count.device == x.device
+    assert int(count) == int(m.sum()) == want.numel()
+    assert values.shape == (2000,) and values.dtype == x.dtype
+    assert torch.equal(_bits(values[: int(count)]), _bits(want))
+    assert torch.equal(_bits(masked_select(x, m)), _bits(want))
+
+
+def test_compact_makes_no_host_synchronization(monkeypatch, device):
+    # Host-side proxy for "no sync": any tensor-to-Python conversion inside compact fails.
+    x = torch.randn(300, generator=_gen(3)).to(device)
+    m = _mask((300,), 0.5, device, seed=4)
+    want = torch.masked_select(x, m)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("host synchronization inside compact")
+
+    with monkeypatch.context() as mp:
+        for name in ("item", "tolist", "__int__", "__bool__", "__index__", "__float__"):
+            mp.setattr(torch.Tensor, name, refuse)
+        values, count = compact(x, m)
+    assert torch.equal(values[: int(count)], want)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+              torch.int16, torch.int8, torch.uint8, torch.bool],
+)
+def test_masked_select_moves_raw_bits_for_every_dtype(dtype, device):
+    base = torch.randn(7, 33, generator=_gen(5)) * 50
+    if dtype.is_floating_point:
+        x = base.to(dtype)
+        x[0, :4] = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf")]).to(dtype)
+        x.view(torch.uint8 if x.element_size() == 1 else _bits(x).dtype)[1, 0] = -1  # a NaN with a payload
+    elif dtype == torch.bool:
+        x = base > 0
+    else:
+        x = base.to(torch.int64).clamp(-100, 100).to(dtype)
+    x = x.to(device)
+    m = _mask((7, 33), 0.5, device, seed=6)
+    m[0, :4] = True
+    m[1, 0] = True
+    assert torch.equal(_bits(masked_select(x, m)), _bits(torch.masked_select(x, m)))
+
+
+def test_masked_select_backward_with_broadcast_matches_torch(device):
+    x = torch.randn(7, 1, generator=_gen(7)).to(device).requires_grad_(True)
+    m = _mask((7, 9), 0.5, device, seed=8)
+    out = masked_select(x, m)
+    dy = torch.randint(-4, 5, out.shape, generator=_gen(9)).float().to(device)
+    (g,) = torch.autograd.grad(out, x, dy)
+    x2 = x.detach().clone().requires_grad_(True)
+    (g2,) = torch.autograd.grad(torch.masked_select(x2, m), x2, dy)
+    assert torch.equal(g, g2)
+
+
+def test_compact_backward_reads_only_the_kept_slots(monkeypatch, device):
+    monkeypatch.setattr(compact_module, "BLOCK", 32)
+    x = torch.randn(5, 40, generator=_gen(10)).to(device).requires_grad_(True)
+    m = _mask((5, 40), 0.3, device, seed=11)
+    values, count = compact(x, m)
+    dv = torch.randn(values.shape, generator=_gen(12)).to(device)
+    (g,) = torch.autograd.grad(values, x, dv)
+    want = torch.zeros(5, 40, device=device)
+    want[m] = dv[: int(count)]
+    assert torch.equal(g, want)
+
+
+def test_empty_inputs_return_without_launch(forbid_launch, device):
+    for k in _KERNELS:
+        forbid_launch(compact_module, k)
+    for xs, ms in [((0, 5), (0, 5)), ((3, 1), (3, 0)), ((0,), ())]:
+        x = torch.randn(xs).to(device)
+        m = torch.ones(ms, dtype=torch.bool, device=device)
+        assert masked_select(x, m).shape == (0,)
+        values, count = compact(x, m)
+        assert values.shape == (0,) and count.shape == () and int(count) == 0
+
+
+def test_nothing_kept_gives_empty_result_and_zero_gradient(device):
+    x = torch.randn(50, generator=_gen(13)).to(device).requires_grad_(True)
+    m = torch.zeros(50, dtype=torch.bool, device=device)
+    out = masked_select(x, m)
+    assert out.shape == (0,)
+    (g,) = torch.autograd.grad(out, x, torch.empty(0, device=device))
+    assert torch.equal(g, torch.zeros(50, device=device))
+
+
+@pytest.mark.parametrize(
+    "call,exc,words",
+    [
+        (lambda d: masked_select(torch.ones(3, device=d), torch.ones(3, dtype=torch.uint8, device=d)), TypeError,
+         ["roofkit.masked_select", "mask", "bool", "uint8"]),
+        (lambda d: compact(torch.ones(3, device=d), torch.ones(3, device=d)), TypeError,
+         ["roofkit.compact", "mask", "float32"]),
+        (lambda d: masked_select(torch.ones(3, dtype=torch.complex64, device=d), torch.ones(3, dtype=torch.bool, device=d)),
+         TypeError, ["roofkit.masked_select", "input", "complex64"]),
+        (lambda d: masked_select([1.0, 2.0], torch.ones(2, dtype=torch.bool, device=d)), TypeError,
+         ["roofkit.masked_select", "input", "torch.Tensor"]),
+        (lambda d: masked_select(torch.ones(3, 4, device=d), torch.ones(3, dtype=torch.bool, device=d)), ValueError,
+         ["roofkit.masked_select", "(3, 4)", "(3,)", "broadcast"]),
+        (lambda d: compact(torch.ones(3, device=d), torch.ones(3, dtype=torch.bool, device="meta")), ValueError,
+         ["roofkit.compact", "mask", "meta"]),
+    ],
+)
+def test_bad_input_raises_clear_error(call, exc, words, device):
+    with pytest.raises(exc) as info:
+        call(device)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_compaction_compiles_fullgraph_with_backward(device):
+    m = _mask((6, 10), 0.5, device, seed=14)
+
+    def fn(x):
+        values, count = compact(x * 2.0, m)
+        return masked_select(x * 3.0, m).sum() + values.sum() * 0 + count
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    x = torch.randn(6, 10, generator=_gen(15)).to(device).requires_grad_(True)
+    out = compiled(x)
+    (g,) = torch.autograd.grad(out, x)
+    torch.testing.assert_close(out, (x * 3.0)[m].sum() + m.sum(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(g, torch.where(m, 3.0, 0.0))
+
+
+def test_int64_offset_code_path(monkeypatch, device):
+    monkeypatch.setattr(compact_module, "needs_int64", lambda *extents: True)
+    monkeypatch.setattr(compact_module, "BLOCK", 64)
+    x = torch.randn(1000, generator=_gen(16)).to(device).requires_grad_(True)
+    m = _mask((1000,), 0.4, device, seed=17, pattern="runs")
+    out = masked_select(x, m)
+    assert torch.equal(out, torch.masked_select(x.detach(), m))
+    (g,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    assert torch.equal(g, m.float())
+
+
+def test_cost_counts_mask_kept_input_sectors_and_output():
+    # Clustered mask: the kept half of the input is read, the mask once, the kept half written.
+    c = case("t", shape=(10, 10), keep=0.5, pattern="prefix")
+    assert compact_module.masked_select_cost(c, torch.float32).bytes == 50 * 4 + 50 * 4 + 100
+    assert compact_module.masked_select_cost(c, torch.bfloat16).bytes == 50 * 2 + 50 * 2 + 100
+    assert compact_module.masked_select_cost(c, torch.float32).flops == 0
+    # Random mask: sectors of 8 float32 (16 bfloat16) holding at least one kept element.
+    r = case("t", shape=(10, 10), keep=0.25)
+    assert compact_module.masked_select_cost(r, torch.float32).bytes == pytest.approx(400 * (1 - 0.75**8) + 25 * 4 + 100)
+    assert compact_module.masked_select_cost(r, torch.bfloat16).bytes == pytest.approx(200 * (1 - 0.75**16) + 25 * 2 + 100)
+    assert compact_module.masked_select_cost(case("t", shape=(64,), keep=0.0), torch.float32).bytes == 64
+    assert compact_module.masked_select_cost(case("t", shape=(64,), keep=1.0), torch.float32).bytes == 64 * 9
+    # A broadcast input is read whole.
+    b = case("t", shape=(10, 1), mask_shape=(10, 10), keep=0.05)
+    assert compact_module.masked_select_cost(b, torch.float32).bytes == (10 + 5) * 4 + 100
+    fb = case("t", shape=(10, 10), keep=0.5, pattern="prefix", mode="fwd_bwd")
+    assert compact_module.masked_select_cost(fb, torch.float32).bytes == (50 * 4 + 50 * 4 + 100) + 100 + (50 + 100) * 4
+    # The acceptance shape: 64Mi fp32 keeping half: 256 MiB (all but 0.4% of the sectors) + 64 + 128 MiB.
+    a = [s for s in SPEC.suites["acceptance"] if s.name == "64Mi_keep_50pct"][0]
+    assert compact_module.masked_select_cost(a, torch.float32).bytes == pytest.approx(2**28 * (1 - 0.5**8) + 2**26 + 2**27)
+
+
+def test_spec_declares_what_the_harness_needs():
+    assert SPEC.suites["llama3-8b"] and len(SPEC.suites["acceptance"]) == 5
+    assert {"torch", "torch.compile"} <= set(SPEC.baselines)
+    gpu = {c.get("keep") for c in SPEC.cases if "gpu" in c.tags and c["shape"] == (64 << 20,)}
+    assert gpu == {0.0, 0.05, 0.5, 0.95, 1.0}
+    assert any(0 in c["shape"] for c in SPEC.cases)

@@ -1,0 +1,347 @@
+"""scatter_add / index_add properties the registry-wide test cannot state."""
+
+import importlib
+
+import pytest
+import torch
+
+from roofkit.harness.spec import case
+from roofkit.harness.verify import select_cases, verify_op
+from roofkit.ops.scatter import INDEX_ADD_SPEC, SCATTER_ADD_SPEC, index_add, scatter_add
+
+scatter_module = importlib.import_module("roofkit.ops.scatter")
+
+pytestmark = pytest.mark.scatter
+
+_KERNELS = ("_scatter_add_atomic_kernel", "_scatter_add_sorted_kernel", "_scatter_gather_kernel")
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(shape, device, dtype=torch.float32, seed=0):
+    return torch.randn(shape, generator=_gen(seed)).to(device=device, dtype=dtype)
+
+
+def _cpu_case_names(spec):
+    return [c.name for c in select_cases(spec, torch.device("cpu"))]
+
+
+@pytest.mark.parametrize("name", _cpu_case_names(INDEX_ADD_SPEC))
+def test_index_add_matches_float64_reference(name, device):
+    report = verify_op(INDEX_ADD_SPEC, cases=[name], seeds=2, device=device)
+    assert report.rows and report.passed, report.summary()
+
+
+@pytest.mark.parametrize("name", _cpu_case_names(SCATTER_ADD_SPEC))
+def test_scatter_add_matches_float64_reference(name, device):
+    report = verify_op(SCATTER_ADD_SPEC, cases=[name], seeds=2, device=device)
+    assert report.rows and report.passed, report.summary()
+
+
+def test_scatter_add_tmp_path_4d_matches_torch(device):
+    # index smaller than input in two leading dimensions: the destinations cannot be viewed as
+    # (outer, N, W), so both paths compute into a contiguous stand-in and copy it back.
+    x = _randn((3, 4, 5, 6), device)
+    idx = torch.randint(0, 5, (2, 3, 7, 6), generator=_gen(1)).to(device)
+    src = _randn((2, 3, 7, 6), device, seed=2)
+    c = scatter_module._canonical(x, 2, idx, src, False)
+    assert scatter_module._as3(scatter_module._restrict(x, c.space, 2, True), c.outer, c.N, c.W) is None
+    want = torch.scatter_add(x.double(), 2, idx, src.double())
+    for det in (False, True):
+        got = scatter_add(x, 2, idx, src, deterministic=det)
+        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_add_grad_src_is_zero_outside_index_extent(device):
+    # torch refuses this backward (index smaller than src); roofkit returns src's shape with
+    # the gathered gradient under index and zeros elsewhere (the 4-d layout takes the stand-in path).
+    x = _randn((3, 4, 5, 6), device).requires_grad_(True)
+    idx = torch.randint(0, 5, (2, 3, 7, 6), generator=_gen(3)).to(device)
+    src = _randn((3, 4, 9, 6), device, seed=4).requires_grad_(True)
+    out = scatter_add(x, 2, idx, src)
+    dy = _randn(out.shape, device, seed=5)
+    gx, gs = torch.autograd.grad(out, (x, src), dy)
+    assert torch.equal(gx, dy)
+    want = torch.zeros_like(src)
+    want[:2, :3, :7, :6] = dy[:2, :3].gather(2, idx)
+    assert torch.equal(gs, want)
+
+
+def _sequential_fp32(x, dim, idx, src, alpha=1.0):
+    """The deterministic path's promised order: per destination, a float32 sum of its
+    contributions in index order starting from 0, then one add to input and one rounding."""
+    xs = x.float().movedim(dim, 0).clone()
+    acc = torch.zeros_like(xs)
+    touched = torch.zeros(xs.shape[0], dtype=torch.bool)
+    s = src.float().movedim(dim, 0)
+    for l, d in enumerate(idx.tolist()):
+        acc[d] += s[l]
+        touched[d] = True
+    y = torch.where(touched.view(-1, *([1] * (xs.dim() - 1))), xs + acc * alpha, xs)
+    return y.movedim(0, dim).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_index_add_deterministic_is_bitwise_reproducible_and_in_index_order(dtype, monkeypatch, device):
+    x = _randn((6, 5), device, dtype)
+    idx = torch.randint(0, 6, (200,), generator=_gen(7)).to(device)
+    idx[:50] = 2  # a hot destination
+    src = _randn((200, 5), device, dtype, seed=8) * 100
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    first = index_add(x, 0, idx, src, alpha=0.5, deterministic=True)
+    for _ in range(2):
+        again = index_add(x, 0, idx, src, alpha=0.5, deterministic=True)
+        assert torch.equal(again.view(bits), first.view(bits))
+    assert torch.equal(first, _sequential_fp32(x.cpu(), 0, idx.cpu(), src.cpu(), 0.5).to(device))
+    # The order is fixed by the sort, not by the launch: other tiles give the same bits.
+    monkeypatch.setattr(scatter_module, "SORTED_TILE", 16)
+    monkeypatch.setattr(scatter_module, "UNROLL", 1)
+    assert torch.equal(index_add(x, 0, idx, src, alpha=0.5, deterministic=True), first)
+
+
+def test_scatter_add_deterministic_element_mode_is_bitwise_reproducible(monkeypatch, device):
+    x = _randn((5, 7), device)
+    idx = torch.randint(0, 5, (40, 7), generator=_gen(9)).to(device)
+    src = _randn((40, 7), device, seed=10) * 1000
+    first = scatter_add(x, 0, idx, src, deterministic=True)
+    assert not scatter_module._canonical(x, 0, idx, src, False).row_index
+    monkeypatch.setattr(scatter_module, "SORTED_TILE", 8)
+    assert torch.equal(scatter_add(x, 0, idx, src, deterministic=True).view(torch.int32), first.view(torch.int32))
+    # Column by column, the same promised order as index_add.
+    for j in range(7):
+        want = _sequential_fp32(x[:, j].cpu(), 0, idx[:, j].cpu(), src[:, j].cpu())
+        assert torch.equal(first[:, j].cpu(), want)
+
+
+def test_deterministic_long_segments_are_split_into_pieces(monkeypatch, device):
+    # Pieces of 2 contributions: every mode (shared rows with several outer slices, batched
+    # rows, element mode, and a destination region that is not the whole output) sums its long
+    # segments through the piece kernel and still matches the reference, reproducibly.
+    monkeypatch.setattr(scatter_module, "SPLIT_MIN", 2)
+    launches = []
+    real = scatter_module._scatter_add_piece_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(scatter_module, "_scatter_add_piece_kernel", Spy())
+    dts = (torch.float32, torch.bfloat16)
+    for spec, names in ((INDEX_ADD_SPEC, ["deterministic_dim1_3x6x5_L8", "deterministic_1d_L300_into_7",
+                                          "deterministic_same_alpha_6x3_L50"]),
+                        (SCATTER_ADD_SPEC, ["deterministic_batched_rows_3x6x5", "deterministic_smaller_3d",
+                                            "deterministic_expanded_dim1_3x6x5"])):
+        report = verify_op(spec, cases=names, seeds=1, dtypes=dts, device=device)
+        assert report.passed, report.summary()
+    assert len(launches) >= 6 * len(dts)
+    x = _randn((5, 3), device)
+    idx = torch.randint(0, 5, (64,), generator=_gen(15)).to(device)
+    src = _randn((64, 3), device, seed=16) * 100
+    first = index_add(x, 0, idx, src, deterministic=True)
+    assert torch.equal(index_add(x, 0, idx, src, deterministic=True).view(torch.int32), first.view(torch.int32))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_every_contribution_to_one_destination_counts(deterministic, device):
+    # Small integers: every partial sum is exact in float32, so a lost update shows exactly.
+    x = torch.randint(-3, 4, (9, 4), generator=_gen(11)).float().to(device)
+    src = torch.randint(-3, 4, (5000, 4), generator=_gen(12)).float().to(device)
+    idx = torch.full((5000,), 6, dtype=torch.int64, device=device)
+    want = x.clone()
+    want[6] += src.sum(0)
+    assert torch.equal(index_add(x, 0, idx, src, deterministic=deterministic), want)
+    eidx = idx[:, None].expand(5000, 4)
+    assert torch.equal(scatter_add(x, 0, eidx, src, deterministic=deterministic), want)
+    assert torch.equal(scatter_add(x, 0, eidx.contiguous(), src, deterministic=deterministic), want)
+
+
+def test_expanded_index_is_read_per_row(device):
+    x = _randn((7, 5), device)
+    idx = torch.randint(0, 7, (12, 1), generator=_gen(13)).to(device)
+    src = _randn((12, 5), device)
+    assert scatter_module._canonical(x, 0, idx.expand(12, 5), src, False).row_index
+    assert not scatter_module._canonical(x, 0, idx.expand(12, 5).contiguous(), src, False).row_index
+    assert scatter_module._canonical(x, 0, idx.view(-1), src, True).shared
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_int64_offset_code_paths(deterministic, monkeypatch, device):
+    # The interpreter cannot hold 2**31 elements: force the int64-offset kernels on small cases.
+    monkeypatch.setattr(scatter_module, "_use_int64", lambda *tensors: True)
+    cases = ["dim1_3x6x5_L8", "int32_index_9x4_L12", "alpha_minus_half_6x4_L10"]
+    report = verify_op(INDEX_ADD_SPEC, cases=[INDEX_ADD_SPEC.case(n) for n in cases],
+                       seeds=1, dtypes=(torch.float32, torch.bfloat16), device=device)
+    assert report.passed, report.summary()
+    x = _randn((5, 6), device)
+    idx = torch.randint(0, 5, (8, 6), generator=_gen(14)).to(device)
+    src = _randn((8, 6), device)
+    torch.testing.assert_close(scatter_add(x, 0, idx, src, deterministic=deterministic),
+                               torch.scatter_add(x, 0, idx, src), rtol=1e-6, atol=1e-6)
+
+
+def test_default_path_follows_torch_deterministic_flag(forbid_launch, device):
+    x = _randn((6, 3), device)
+    idx = torch.tensor([1, 1, 4], device=device)
+    src = _randn((3, 3), device)
+    forbid_launch(scatter_module, "_scatter_add_atomic_kernel")
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        got = index_add(x, 0, idx, src)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    torch.testing.assert_close(got, torch.index_add(x, 0, idx, src))
+    with pytest.raises(AssertionError, match="kernel launched"):
+        index_add(x, 0, idx, src, deterministic=False)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("bad", [-1, 6, 1000])
+def test_out_of_range_index_raises_index_error(bad, deterministic, device):
+    x = _randn((6, 3), device)
+    x0 = x.clone()
+    idx = torch.tensor([0, bad, 2], device=device)
+    with pytest.raises(IndexError, match=r"roofkit\.index_add: index .*\[0, 6\)"):
+        index_add(x, 0, idx, _randn((3, 3), device), deterministic=deterministic)
+    with pytest.raises(IndexError, match=r"roofkit\.scatter_add: index .*\[0, 6\)"):
+        scatter_add(x, 0, idx[:, None].expand(3, 3).contiguous(), _randn((3, 3), device), deterministic=deterministic)
+    with pytest.raises(IndexError, match=r"roofkit\.scatter_add: index"):
+        scatter_add(x, 0, idx[:, None].expand(3, 3), _randn((3, 3), device), deterministic=deterministic)
+    assert torch.equal(x, x0)
+
+
+def test_empty_inputs_return_without_launch(forbid_launch, device):
+    for k in _KERNELS:
+        forbid_launch(scatter_module, k)
+    x = _randn((4, 3), device)
+    for det in (False, True):
+        out = index_add(x, 0, torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, 3, device=device),
+                        deterministic=det)
+        assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
+        out = scatter_add(x, 1, torch.empty(4, 0, dtype=torch.int64, device=device), torch.empty(4, 0, device=device),
+                          deterministic=det)
+        assert torch.equal(out, x)
+        e = torch.empty(0, 3, device=device)
+        assert index_add(e, 0, torch.empty(0, dtype=torch.int64, device=device), e, deterministic=det).shape == (0, 3)
+        z = torch.empty(5, 0, device=device)
+        out = index_add(z, 0, torch.tensor([1, 2], device=device), torch.empty(2, 0, device=device), deterministic=det)
+        assert out.shape == (5, 0)
+
+
+def test_scalar_inputs_like_torch(device):
+    x = torch.tensor(1.5, device=device)
+    assert scatter_add(x, 0, torch.tensor(0, device=device), torch.tensor(2.0, device=device)).item() == 3.5
+    out = index_add(x, 0, torch.tensor(0, device=device), torch.tensor(2.0, device=device), alpha=2)
+    assert out.shape == () and out.item() == 5.5
+
+
+_X = lambda d: torch.zeros(4, 3, device=d)  # noqa: E731
+_I = lambda d: torch.tensor([[0, 1, 2]], device=d)  # noqa: E731
+_S = lambda d: torch.ones(1, 3, device=d)  # noqa: E731
+_O = lambda d, *shape: torch.ones(shape, device=d)  # noqa: E731
+_SA, _IA = "roofkit.scatter_add", "roofkit.index_add"
+
+
+@pytest.mark.parametrize(
+    "call,exc,words",
+    [
+        (lambda d: scatter_add(_X(d), 0, _I(d).float(), _S(d)), TypeError, [_SA, "index", "int64"]),
+        (lambda d: scatter_add(_X(d), 0, _I(d), _S(d).double()), TypeError, [_SA, "src", "float64"]),
+        (lambda d: scatter_add(_X(d), 0, _I(d), _S(d).half()), TypeError, [_SA, "src", "dtype"]),
+        (lambda d: scatter_add(_X(d), 2, _I(d), _S(d)), IndexError, [_SA, "dim 2"]),
+        (lambda d: scatter_add(_X(d), 0, _I(d)[0], _S(d)), ValueError, [_SA, "index", "dimensions"]),
+        (lambda d: scatter_add(_X(d), 0, torch.zeros(2, 3, dtype=torch.long, device=d), _S(d)), ValueError,
+         [_SA, "index", "src"]),
+        (lambda d: scatter_add(_X(d), 0, torch.zeros(1, 4, dtype=torch.long, device=d), _O(d, 1, 4)), ValueError,
+         [_SA, "input", "dimension 1"]),
+        (lambda d: scatter_add(_X(d), 0, _I(d).to("meta"), _S(d)), ValueError, [_SA, "index", "meta"]),
+        (lambda d: scatter_add([0.0], 0, _I(d), _S(d)), TypeError, [_SA, "input", "torch.Tensor"]),
+        (lambda d: scatter_add(_X(d), 0, _I(d), _S(d), deterministic=1), TypeError, [_SA, "deterministic"]),
+        (lambda d: index_add(_X(d), 0, _I(d)[0].short(), _S(d)), TypeError, [_IA, "index", "int16"]),
+        (lambda d: index_add(_X(d), 0, _I(d), _O(d, 3, 3)), ValueError, [_IA, "index", "1-D"]),
+        (lambda d: index_add(_X(d), 0, _I(d)[0], _O(d, 2, 3)), ValueError, [_IA, "source", "(2, 3)"]),
+        (lambda d: index_add(_X(d), 1, _I(d)[0], _O(d, 4, 3, 1)), ValueError, [_IA, "source"]),
+        (lambda d: index_add(_X(d), 0, _I(d)[0], _O(d, 3, 3), alpha="2"), TypeError, [_IA, "alpha"]),
+        (lambda d: index_add(_X(d), 0, _I(d)[0], _O(d, 3, 3), alpha=1j), TypeError, [_IA, "alpha"]),
+        (lambda d: index_add(_X(d), -3, _I(d)[0], _O(d, 3, 3)), IndexError, [_IA, "dim -3"]),
+        (lambda d: index_add(_X(d), 0, _I(d)[0], _O("meta", 3, 3)), ValueError, [_IA, "source", "meta"]),
+        (lambda d: index_add(_X(d).long(), 0, _I(d)[0], _O(d, 3, 3).long()), TypeError, [_IA, "input"]),
+    ],
+)
+def test_bad_input_raises_clear_error(call, exc, words, device):
+    with pytest.raises(exc) as info:
+        call(device)
+    for w in words:
+        assert w in str(info.value)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_scatter_ops_compile_fullgraph_with_backward(deterministic, device):
+    idx = torch.tensor([2, 0, 2, 5, 2], device=device)
+
+    def fn(x, s, op):
+        y = op["index_add"](x * 2.0, 0, idx, s, alpha=0.5, **op["kw"])
+        return op["scatter_add"](y, 0, idx[:, None].expand(5, 4), s * s, **op["kw"]).sum(dim=1)
+
+    ours = {"index_add": index_add, "scatter_add": scatter_add, "kw": {"deterministic": deterministic}}
+    ref = {"index_add": torch.index_add, "scatter_add": torch.scatter_add, "kw": {}}
+    compiled = torch.compile(lambda x, s: fn(x, s, ours), fullgraph=True, backend="aot_eager")
+    x = _randn((6, 4), device).requires_grad_(True)
+    s = _randn((5, 4), device, seed=3).requires_grad_(True)
+    out = compiled(x, s)
+    gx, gs = torch.autograd.grad(out, (x, s), torch.ones_like(out))
+    x2, s2 = x.detach().clone().requires_grad_(True), s.detach().clone().requires_grad_(True)
+    out2 = fn(x2, s2, ref)
+    gx2, gs2 = torch.autograd.grad(out2, (x2, s2), torch.ones_like(out2))
+    torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gx, gx2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gs, gs2, rtol=1e-5, atol=1e-6)
+
+
+def test_cost_counts_each_operand_once():
+    c = case("t", shape=(8, 4), L=5)
+    cost = scatter_module.index_add_cost(c, torch.float32)
+    assert cost.bytes == (2 * 32 + 5 * 4) * 4 + 5 * 8 and cost.flops == 20
+    assert scatter_module.index_add_cost(case("t", shape=(8, 4), L=5, index_dtype="int32", alpha=2), torch.bfloat16).bytes \
+        == (2 * 32 + 20) * 2 + 5 * 4
+    assert scatter_module.index_add_cost(case("t", shape=(8, 4), L=5, alpha=2), torch.float32).flops == 40
+    s = case("t", shape=(6, 4), index_shape=(9, 4))
+    assert scatter_module.scatter_add_cost(s, torch.float32).bytes == (2 * 24 + 36) * 4 + 36 * 8
+    assert scatter_module.scatter_add_cost(s, torch.float32).flops == 36
+    e = case("t", shape=(6, 4), index_shape=(9, 4), index_layout="expanded")
+    assert scatter_module.scatter_add_cost(e, torch.float32).bytes == (2 * 24 + 36) * 4 + 9 * 8
+    # The acceptance reading "64Mi fp32 into 1Mi rows" (rows of 64): 256+256+256 MiB + 8 MiB.
+    a = INDEX_ADD_SPEC.suites["acceptance"][0]
+    assert scatter_module.index_add_cost(a, torch.float32).bytes == 3 * 2**28 + 2**23
+
+
+def test_launch_heuristics():
+    assert scatter_module._atomic_config(64) == (64, 64, 8)
+    assert scatter_module._atomic_config(1) == (4096, 1, 8)
+    assert scatter_module._atomic_config(4096) == (8, 512, 8)
+    assert scatter_module._sorted_config(64) == (16, 64, 8)
+    assert scatter_module._sorted_config(1) == (1024, 1, 8)
+
+
+def test_specs_declare_what_the_harness_needs():
+    for spec in (INDEX_ADD_SPEC, SCATTER_ADD_SPEC):
+        assert spec.suites["llama3-8b"] and spec.suites["acceptance"]
+        assert {"torch", "torch.compile"} <= set(spec.baselines)
+        assert any("gpu" in c.tags for c in spec.cases)
+        assert any(0 in c["shape"] for c in spec.cases)
+        assert any(c.get("deterministic") for c in spec.cases if "gpu" in c.tags)
+        names = [c.name for c in spec.cases]
+        assert len(names) == len(set(names))
+
+
+def test_torch_deterministic_baseline_restores_the_global_flags(device):
+    import torch.utils.deterministic as det
+
+    run = INDEX_ADD_SPEC.baselines["torch.deterministic"]()
+    x, idx, s = _randn((5, 3), device), torch.tensor([1, 1, 3], device=device), _randn((3, 3), device)
+    before = (torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory)
+    torch.testing.assert_close(run(x, 0, idx, s, alpha=2.0, deterministic=True), torch.index_add(x, 0, idx, s, alpha=2.0))
+    assert (torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory) == before
