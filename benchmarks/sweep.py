@@ -19,6 +19,7 @@ from roofkit.harness.timing import time_providers
 
 sm = importlib.import_module("roofkit.ops.softmax")
 rn = importlib.import_module("roofkit.ops.rms_norm")
+ce = importlib.import_module("roofkit.ops.cross_entropy")
 SC, RC = sm.Config, rn.Config
 
 
@@ -94,15 +95,26 @@ def rms_bwd(m, n, configs):
     run(f"rms_norm bwd {m}x{n}", nbytes, fns, close(ref))
 
 
+def ce_fused(m, n, configs):
+    """cross_entropy forward writing the gradient (the fused op): logits read once + grad written."""
+    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, n, (m,), device="cuda")
+    nbytes = 2 * m * n * 2 + 8 * m
+    ref = F.cross_entropy(x.float(), t)
+    fns = {"heuristic " + str(tuple(ce._launch_config(n, m, True, x.device))):
+           lambda: ce._cross_entropy_forward(x, t, None, -100, "mean", 0.0, True)[0]}
+    for c in configs:
+        fns[str(tuple(c))] = (lambda c=c: ce._cross_entropy_forward(x, t, None, -100, "mean", 0.0, True, c)[0])
+    run(f"cross_entropy fused {m}x{n}", nbytes, fns, close(ref))
+
+
 def main():
     print(torch.cuda.get_device_name(), torch.__version__)
-    # round 8: heuristic (split rows only when rows < SMs) on few and many long rows
-    S = lambda bn, w, k: SC(True, 1, bn, w, 0, k)
-    softmax_fwd(8192, 128256, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
-    softmax_fwd(64, 131072, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
-    softmax_fwd(100, 262144, [S(16384, 16, 16), SC(False, 1, 16384, 32)])
-    softmax_bwd(64, 131072, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
-    softmax_bwd(8192, 128256, [S(16384, 16, 8), SC(False, 1, 16384, 32)])
+    # round 9: cross_entropy fused forward+gradient: split rows vs online
+    C = ce.Config
+    ce_fused(8192, 128256, [C(True, 1, 16384, 32, 8), C(True, 1, 16384, 16, 8), C(False, 1, 8192, 16),
+                            C(False, 1, 16384, 32)])
+    ce_fused(16384, 50257, [C(True, 1, 16384, 32, 4), C(False, 1, 8192, 16)])
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,8 @@
 """roofkit: verified Triton kernels for PyTorch, each placed on the roofline of its GPU.
 
-Public ops mirror torch.nn.functional: :func:`softmax`, :func:`log_softmax`, :func:`rms_norm`.
+Public ops mirror torch / torch.nn.functional: softmax, log_softmax, rms_norm, layer_norm,
+cross_entropy, sum, mean, amax, transpose, embedding_bag, scatter_add, index_add, masked_select
+and compact (its (values, count) form without a host sync).
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
 
 The ops are imported on first use, so a program (or the CLI) can set TRITON_INTERPRET=1 after
@@ -8,8 +10,8 @@ The ops are imported on first use, so a program (or the CLI) can set TRITON_INTE
 """
 
 __version__ = "0.1.0"
-_OPS = ("softmax", "log_softmax", "rms_norm", "embedding_bag", "scatter_add", "index_add", "masked_select",
-        "compact")
+_OPS = ("softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "sum", "mean", "amax", "transpose", "embedding_bag", "scatter_add",
+        "index_add", "masked_select", "compact")
 __all__ = [*_OPS, "__version__"]
 
 

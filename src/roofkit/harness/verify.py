@@ -412,7 +412,11 @@ def check_outputs(spec: OpSpec, case: Case, dtype: torch.dtype, refs, expected, 
         if o is None:
             checks.append(Check(output=name, passed=False, reasons=["no gradient returned"]))
             continue
-        odt = e.dtype if e.is_floating_point() else dtype
+        if not (e.is_floating_point() or e.is_complex()):
+            # Integer / bool outputs are compared exactly: no tolerance applies.
+            checks.append(compare(name, o, r, e, rtol=0.0, atol=0.0, l2_factor=0.0, l2_floor=0.0, device=device))
+            continue
+        odt = e.dtype
         rtol, atol = spec.tolerance.elementwise(odt, spec.reduction_length(case))
         checks.append(
             compare(

@@ -10,14 +10,16 @@ reduction) and the backward only multiplies it by grad_output in place, skipping
 whole tensor) whose grad_output is exactly 1: the logits are read once and the gradient written
 once in the whole forward+backward. Rows up to ``ONE_PASS_MAX_N`` classes are held on chip by
 one program (BLOCK_M rows per program). Longer rows, up to ``MAX_SPLITS`` segments of
-``SPLIT_SEG`` classes, are split across programs that each hold one segment on chip: each posts
+``SPLIT_SEG`` classes, are split across programs that each hold one segment on chip (with a
+gradient: by default always; forward only: when rows are too few to fill the SMs): each posts
 its segment's (max, sum of exp, weighted sum of logits) to a workspace, waits for the other
 programs of its row (a ticket counter orders the programs, so a program only waits for programs
 that have started; see ``roofkit.ops.softmax``), combines the partials in a fixed order and
-writes its segment of the gradient from registers. Even longer rows take an online pass (running
-maximum, rescaled sum) and, for the gradient, a second pass. A one-program prologue computes the
-mean's denominator and the out-of-range target count on the device before the main kernel (no
-host synchronization for the scale); a one-program epilogue sums the row losses in a fixed order.
+writes its segment of the gradient from registers. Otherwise one program streams each row: an
+online pass (running maximum, rescaled sum), plus a second pass for the gradient. A one-program
+prologue computes the mean's denominator and the out-of-range target count on the device before
+the main kernel (no host synchronization for the scale); a one-program epilogue sums the row
+losses in a fixed order.
 Source: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018); Szegedy et al.,
 "Rethinking the Inception Architecture" (2016) for label smoothing; Liger-Kernel's idea of
 writing the gradient in the forward (Hsu et al., 2024).
@@ -111,18 +113,34 @@ def cross_entropy_cost(case, dtype: torch.dtype) -> Cost:
 
 # ----------------------------------------------------------------------------- launch heuristic
 
-# Longest row held on chip by one program (classes); longer rows are split.
-ONE_PASS_MAX_N = 32768
-# Longest segment of a split row held by one program, and the most programs per row.
+# Register budgets below were checked by compiling for sm_90 (ptxas -v, no GPU needed): an SM
+# holds about 16K float32 logits with their offsets.
+# Longest row held on chip by one program of the row-block kernel (16 warps at 8192, about 110
+# registers a thread, no spills; 16384 with 32 warps and 32768 spill).
+ONE_PASS_MAX_N = 8192
+# Longest segment of a split row held by one program (32 warps, about 64 registers, no spills;
+# with class weights and label smoothing and a gradient that spills, so those take
+# ``SPLIT_SEG_WEIGHTED`` with 16 warps), and the most programs per row. Fewer, larger segments
+# also mean fewer programs: softmax measured the split form's cost growing with the program
+# count (benchmarks/NOTES.md, v5).
 SPLIT_SEG = 16384
+SPLIT_SEG_WEIGHTED = 8192
 MAX_SPLITS = 64
-SPLIT_NUM_WARPS = 16
-# Forward only (no gradient): long rows are split only when there are fewer than this many rows
-# per SM; otherwise one program streams each row once (no waiting).
+# A long row is split only when the rows are fewer than this many per SM; otherwise one program
+# streams each row (online path: forward only, one read; with a gradient, two reads). Forward
+# only: 2 (splitting just fills the SMs when rows are few). With a gradient: no limit, the split
+# form reading the logits once; softmax's split form measured slower than its online form at
+# 8192 rows (NOTES.md, v5): set GRAD_SPLIT_MAX_ROWS_PER_SM = 1 to take the online path there.
 FWD_SPLIT_MAX_ROWS_PER_SM = 2
-# Chunk of a long row per loop iteration (rows up to 65536 classes / longer rows).
+GRAD_SPLIT_MAX_ROWS_PER_SM = math.inf
+# Chunk of a long row per loop iteration: 8192 (16 warps); 16384 (32 warps) for rows past
+# 65536 classes when the loop keeps nothing but the running max and sum (forward only, no label
+# smoothing), as softmax measured best; the smoothing accumulator and the gradient pass spill
+# at 32 warps.
 ONLINE_BLOCK_N = 8192
 ONLINE_BLOCK_N_LONG = 16384
+# Targets per loop iteration of the one-program prologue (8192 targets: two iterations).
+PROLOGUE_BLOCK = 4096
 # Backward scaling: chunk per loop iteration and programs per SM of its persistent grid.
 SCALE_BLOCK_N = 4096
 SCALE_PROGRAMS_PER_SM = 4
@@ -140,25 +158,29 @@ class Config(NamedTuple):
     splits: int = 0
 
 
-def _launch_config(n: int, m: int, write_grad: bool, device: torch.device | None = None) -> Config:
-    """Deterministic heuristic from the row length (as softmax's, benchmarks/NOTES.md): rows on
-    chip take tiles of about 2048 elements with 512 elements per warp; longer rows with a
-    gradient to write (or too few rows to fill the device) are split in segments of at most
-    ``SPLIT_SEG`` over at most ``MAX_SPLITS`` programs (and no more than the device's SM count,
-    so that a row's programs can all be resident); beyond that, or forward-only over many rows,
-    the online path in chunks of ``ONLINE_BLOCK_N`` (``ONLINE_BLOCK_N_LONG`` past 65536)."""
+def _launch_config(n: int, m: int, write_grad: bool, device: torch.device | None = None,
+                   smooth: bool = False, weight: bool = False) -> Config:
+    """Deterministic heuristic from the row length and count (as softmax's, NOTES.md): rows on
+    chip take tiles of about 2048 elements with 512 elements per warp; longer rows, when the
+    rows per SM are below ``GRAD_SPLIT_MAX_ROWS_PER_SM`` (with a gradient) or
+    ``FWD_SPLIT_MAX_ROWS_PER_SM`` (forward only), are split in segments of at most ``SPLIT_SEG``
+    over at most ``MAX_SPLITS`` programs (and no more than the device's SM count, so that a row's
+    programs can all be resident); otherwise the online path in chunks of ``ONLINE_BLOCK_N``
+    (``ONLINE_BLOCK_N_LONG`` past 65536 without gradient or label smoothing)."""
     block_n = next_pow2(n)
     if block_n <= ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
         return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
     sms = sm_count(device) if device is not None else 1
-    splits = triton.cdiv(n, SPLIT_SEG)
+    seg_max = SPLIT_SEG_WEIGHTED if (write_grad and smooth and weight) else SPLIT_SEG
+    splits = max(2, triton.cdiv(n, seg_max))
     max_splits = MAX_SPLITS if device is None or device.type != "cuda" else min(MAX_SPLITS, sms)
-    if splits <= max_splits and (write_grad or m < FWD_SPLIT_MAX_ROWS_PER_SM * sms):
+    rows_limit = GRAD_SPLIT_MAX_ROWS_PER_SM if write_grad else FWD_SPLIT_MAX_ROWS_PER_SM
+    if splits <= max_splits and m < rows_limit * sms:
         seg = next_pow2(triton.cdiv(n, splits))
-        return Config(True, 1, seg, max(4, min(SPLIT_NUM_WARPS, seg // 512)), splits=splits)
-    if block_n <= 65536:
-        return Config(False, 1, ONLINE_BLOCK_N, max(4, ONLINE_BLOCK_N // 512))
+        return Config(True, 1, seg, max(4, min(32, seg // 512)), splits=splits)
+    if block_n <= 65536 or write_grad or smooth:
+        return Config(False, 1, ONLINE_BLOCK_N, max(4, min(16, ONLINE_BLOCK_N // 512)))
     return Config(False, 1, ONLINE_BLOCK_N_LONG, max(4, min(32, ONLINE_BLOCK_N_LONG // 512)))
 
 
@@ -366,9 +388,9 @@ def _cross_entropy_split_kernel(
     """One segment (SEG <= BLOCK_N classes) of one row per program; a row's SPLITS programs
     exchange (max, sum of exp, weighted sum of logits) through ``part_ptr`` (fp32 [M, SPLITS, 3])
     and combine them in a fixed order. Segment 0 writes the row's loss; with WRITE_GRAD every
-    program writes its segment of the gradient from registers. PHASE 0: one launch, programs
-    wait for their row; PHASE 1 then 2: two launches (partials, then the rest) for the
-    interpreter, which runs programs one after another."""
+    program writes its segment of the gradient from registers (its float32 exponentials,
+    rescaled). PHASE 0: one launch, programs wait for their row; PHASE 1 then 2: two launches
+    (partials, then the rest) for the interpreter, which runs programs one after another."""
     row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
     cols = tl.arange(0, BLOCK_N)
     offs = seg * SEG + cols
@@ -466,11 +488,9 @@ def _cross_entropy_scale_grad_kernel(
     else:
         go = tl.load(go_ptr).to(tl.float32)
         if go != 1.0:
-            if USE_INT64:
-                cols = cols.to(tl.int64)
             for blk in range(pid, tl.cdiv(TOTAL, BLOCK_N), npg):
                 if USE_INT64:
-                    offs = tl.cast(blk, tl.int64) * BLOCK_N + cols
+                    offs = tl.cast(blk, tl.int64) * BLOCK_N + cols.to(tl.int64)
                 else:
                     offs = blk * BLOCK_N + cols
                 mask = offs < TOTAL
@@ -560,14 +580,14 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
     info = torch.empty(2, dtype=torch.int64, device=dev)
     _cross_entropy_prologue_kernel[(1,)](
         target, w, scal, info, m, c, target.stride(0), ignore_index,
-        HAS_WEIGHT=has_w, WEIGHT_SUM=has_w and smooth, BLOCK=1024, num_warps=4,
+        HAS_WEIGHT=has_w, WEIGHT_SUM=has_w and smooth, BLOCK=PROLOGUE_BLOCK, num_warps=8,
     )
     check = _IndexCheck(info)
 
     loss_rows = torch.empty((m,), dtype=x.dtype if none else torch.float32, device=dev)
     grad = torch.empty((m, c), dtype=x.dtype, device=dev) if write_grad else None
     g = grad if write_grad else loss_rows  # never written without WRITE_GRAD
-    cfg = config or _launch_config(c, m, write_grad, dev)
+    cfg = config or _launch_config(c, m, write_grad, dev, smooth, has_w)
     use_int64 = needs_int64(c * x.stride(1), c)
     common = dict(
         HAS_WEIGHT=has_w, SMOOTH=smooth, MEAN=mean, WRITE_GRAD=write_grad, USE_INT64=use_int64,
@@ -731,7 +751,8 @@ def cross_entropy(
         allocated. No gradient for ``weight`` (torch has none either). First order only.
     Cost:
         Forward: one read of the logits (M*C elements) plus the targets; with a gradient, one
-        write of it (M*C). Rows over ``MAX_SPLITS * SPLIT_SEG`` classes with a gradient read the
+        write of it (M*C). With a gradient, rows that are not split (past ``MAX_SPLITS *
+        SPLIT_SEG`` classes, or more rows per SM than ``GRAD_SPLIT_MAX_ROWS_PER_SM``) read the
         logits twice. About 4 FLOP per logit forward (6 with label smoothing), 4 more for the
         gradient.
     Source:
@@ -863,8 +884,13 @@ CASES = [
     case("empty_rows_0x7", ["quick"], shape=(0, 7)),
     case("empty_rows_sum_0x7", shape=(0, 7), reduction="sum"),
     case("empty_classes_all_ignored_3x0", shape=(3, 0), ignore_frac=1.0, reduction="none"),
-    # On the GPU (``pytest -m gpu``): issue 5's acceptance shapes and every kernel path.
-    case("gpu_vocab_32000_one_pass", ["gpu"], shape=(512, 32000)),
+    # On the GPU (``pytest -m gpu``): issue 5's acceptance shapes (vocab 50257, 128256, 262144,
+    # all-ignored rows, label smoothing) and every kernel path: row blocks (vocab <= 8192), split
+    # rows (with and without class weights + smoothing), forward-only streaming of many rows,
+    # forward-only split of few rows, and the online two-pass path (vocab > 64 segments).
+    case("gpu_vocab_1000_rows_2", ["gpu"], shape=(4096, 1000), weight=True, label_smoothing=0.1),
+    case("gpu_vocab_8192_one_pass", ["gpu"], shape=(1024, 8192)),
+    case("gpu_vocab_32000", ["gpu"], shape=(512, 32000)),
     case("gpu_vocab_50257", ["gpu"], shape=(512, 50257)),
     case("gpu_vocab_128256", ["gpu"], shape=(256, 128256), dtypes=(torch.bfloat16, torch.float32)),
     case("gpu_vocab_128256_none_weight_smoothing", ["gpu"], shape=(256, 128256), reduction="none", weight=True,
@@ -872,8 +898,14 @@ CASES = [
     case("gpu_vocab_262144", ["gpu"], shape=(128, 262144), dtypes=(torch.bfloat16, torch.float32)),
     case("gpu_vocab_262144_smoothing", ["gpu"], shape=(128, 262144), label_smoothing=0.1, dtypes=_BF16),
     case("gpu_vocab_2000000_online", ["gpu"], shape=(8, 2000000), dtypes=_F32),
+    case("gpu_vocab_2000000_online_weight_smoothing", ["gpu"], shape=(8, 2000000), weight=True, label_smoothing=0.2,
+         reduction="sum", dtypes=_F32),
     case("gpu_all_ignored_128256", ["gpu"], shape=(64, 128256), ignore_frac=1.0, dtypes=_BF16),
-    case("gpu_forward_only_128256", ["gpu"], shape=(256, 128256), grad=False, dtypes=_BF16),
+    case("gpu_all_ignored_sum_smoothing_50257", ["gpu"], shape=(64, 50257), ignore_frac=1.0, reduction="sum",
+         label_smoothing=0.1, dtypes=_BF16),
+    case("gpu_forward_only_128256", ["gpu"], shape=(1024, 128256), grad=False, dtypes=_BF16),
+    case("gpu_forward_only_smoothing_128256", ["gpu"], shape=(1024, 128256), grad=False, label_smoothing=0.1,
+         weight=True, dtypes=_BF16),
     case("gpu_forward_only_few_rows_262144", ["gpu"], shape=(8, 262144), grad=False, label_smoothing=0.1,
          dtypes=_BF16),
     case("gpu_neg_inf_50257", ["gpu"], shape=(256, 50257), dist="neg_inf", reduction="none", dtypes=_BF16),
@@ -921,8 +953,8 @@ def _liger():
         x = input
         if input.requires_grad:
             # Liger writes the gradient into its input's storage; the copy keeps the harness's
-            # shared logits intact. It costs one more read and write of the logits, so Liger's
-            # fwd_bwd figure here understates its kernel (see the ops module's notes).
+            # shared logits intact (other providers read them after). It costs one more read and
+            # write of the logits, so Liger's fwd_bwd figure here understates its kernel.
             x = input.clone()
         return LigerCrossEntropyFunction.apply(x, target, weight, ignore_index, 0.0, label_smoothing, reduction)[0]
 

@@ -133,12 +133,7 @@ def _layer_norm_fwd_kernel(
     """y, mean and 1/std of BLOCK_M rows per iteration, the program looping over row blocks pid,
     pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice."""
     cols = tl.arange(0, BLOCK_N)
-    if ONE_PASS:
-        col_mask = cols < N
-        if HAS_WEIGHT:
-            w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    col_mask = cols < N
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
         rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
@@ -157,10 +152,12 @@ def _layer_norm_fwd_kernel(
             rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
             mean = pivot + mean_s
             y = xc * rstd[:, None]
+            # weight and bias are loaded late (from L1/L2): fewer live registers, more programs
+            # per SM.
             if HAS_WEIGHT:
-                y = y * w[None, :]
+                y = y * tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
             if HAS_BIAS:
-                y = y + b[None, :]
+                y = y + tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
             tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
         else:
             # Chunk statistics (count c, mean mu, squared deviations q) of x - pivot merged

@@ -1,0 +1,268 @@
+"""cross_entropy properties the registry-wide test cannot state."""
+
+import importlib
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roofkit.harness.spec import case
+from roofkit.harness.verify import verify_op
+
+ce_module = importlib.import_module("roofkit.ops.cross_entropy")
+cross_entropy = ce_module.cross_entropy
+SPEC = ce_module.SPEC
+
+pytestmark = pytest.mark.cross_entropy
+
+_KERNELS = ("_cross_entropy_prologue_kernel", "_cross_entropy_fwd_kernel", "_cross_entropy_split_kernel",
+            "_cross_entropy_reduce_kernel", "_cross_entropy_scale_grad_kernel")
+
+
+def _x(shape, device, dtype=torch.float32, seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(shape, generator=g)).to(device=device, dtype=dtype)
+
+
+def _t(m, c, device, seed=1, ignore_every=0, ignore_index=-100):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, c, (m,), generator=g)
+    if ignore_every:
+        t[::ignore_every] = ignore_index
+    return t.to(device)
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["tiny_1x1", "odd_3x7", "none_6x50", "weight_mean_7x33", "smoothing_weight_mean_9x40",
+         "smoothing_weight_sum_9x40", "smoothing_none_6x40", "all_ignored_mean_4x20", "all_ignored_sum_4x20",
+         "ignore_index_in_range_8x10"],
+        ["vector_input_scalar_target_50", "spatial_2x5x3x4", "strided_9x65", "expanded_rows_5x40", "grad_ones_8x64",
+         "neg_inf_8x129", "nan_8x129", "large_logits_8x300", "forward_only_6x50", "empty_rows_0x7",
+         "empty_rows_sum_0x7", "empty_classes_all_ignored_3x0"],
+    ],
+    ids=["options", "shapes_values"],
+)
+def test_cross_entropy_matches_float64_reference(names, device):
+    report = verify_op(SPEC, cases=names, seeds=2, dtypes=(torch.float32, torch.bfloat16), device=device)
+    assert report.rows and report.passed, report.summary()
+
+
+_PATH_CASES = [
+    case("split_ragged_4x100", shape=(4, 100), weight=True, label_smoothing=0.2),
+    case("split_none_3x129", shape=(3, 129), dist="neg_inf", reduction="none"),
+    case("split_nan_3x70", shape=(3, 70), dist="nan", reduction="sum", weight=True),
+    case("split_transposed_5x64", shape=(5, 64), layout="transposed", label_smoothing=0.1, reduction="none"),
+    case("split_all_ignored_3x40", shape=(3, 40), ignore_frac=1.0),
+    case("split_forward_only_3x100", shape=(3, 100), label_smoothing=0.1, weight=True, grad=False),
+]
+
+
+@pytest.mark.parametrize("path", ["split", "online"])
+def test_cross_entropy_long_row_paths_match_reference(path, monkeypatch, device):
+    # Force long-row kernels onto short rows: the split kernel (segments of 32 with a ragged
+    # last one; under the interpreter its two-launch form, on the GPU the fused one where the
+    # programs of a row wait for each other) and the online two-pass kernel (chunks of 32).
+    monkeypatch.setattr(ce_module, "ONE_PASS_MAX_N", 16)
+    monkeypatch.setattr(ce_module, "SPLIT_SEG", 32)
+    monkeypatch.setattr(ce_module, "SPLIT_SEG_WEIGHTED", 16)
+    monkeypatch.setattr(ce_module, "FWD_SPLIT_MAX_ROWS_PER_SM", 10**6)
+    if path == "online":
+        # As on a GPU with more rows than GRAD/FWD_SPLIT_MAX_ROWS_PER_SM allow to split.
+        monkeypatch.setattr(ce_module, "GRAD_SPLIT_MAX_ROWS_PER_SM", 0)
+        monkeypatch.setattr(ce_module, "FWD_SPLIT_MAX_ROWS_PER_SM", 0)
+        monkeypatch.setattr(ce_module, "ONLINE_BLOCK_N", 32)
+        assert not ce_module._launch_config(100, 4, True).one_pass
+    else:
+        cfg = ce_module._launch_config(100, 4, True)
+        assert cfg.splits > 1 and cfg.BLOCK_N <= 32 and cfg.splits * cfg.BLOCK_N > 100
+    report = verify_op(SPEC, cases=_PATH_CASES, seeds=1, dtypes=(torch.float32, torch.bfloat16), device=device)
+    assert report.rows and report.passed, report.summary()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"reduction": "sum", "label_smoothing": 0.25},
+        {"reduction": "none", "ignore_index": 2},
+        {"weight": True, "label_smoothing": 0.1},
+        {"weight": True, "reduction": "none", "label_smoothing": 0.7},
+    ],
+)
+def test_cross_entropy_reference_is_torchs_definition(kwargs, device):
+    # The float64 reference is written out by hand; it must be F.cross_entropy's definition
+    # (weights, ignored rows, mean denominator, label smoothing) for 2-D and K-dimensional input.
+    kwargs = dict(kwargs)
+    for shape in [(9, 6), (3, 6, 2, 2)]:
+        x = _x(shape, device).double()
+        t = torch.randint(0, 6, (shape[0],) + shape[2:], generator=torch.Generator().manual_seed(3)).to(device)
+        t.view(-1)[::4] = kwargs.get("ignore_index", -100)
+        kw = dict(kwargs)
+        if kw.pop("weight", False):
+            kw["weight"] = torch.rand(6, generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(device) + 0.5
+        torch.testing.assert_close(ce_module.cross_entropy_reference(x, t, **kw), F.cross_entropy(x, t, **kw),
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_cross_entropy_grad_is_written_once_and_scaled_by_grad_output(device):
+    x = _x((6, 40), device)
+    t = _t(6, 40, device, ignore_every=4)
+    for reduction, go in [("mean", torch.tensor(1.0)), ("mean", torch.tensor(-2.5)), ("sum", torch.tensor(0.5)),
+                          ("none", torch.linspace(-1.0, 2.0, 6)), ("none", torch.ones(6))]:
+        go = go.to(device)
+        xa, xb = x.clone().requires_grad_(True), x.double().requires_grad_(True)
+        (ga,) = torch.autograd.grad(cross_entropy(xa, t, reduction=reduction, label_smoothing=0.1), xa, go)
+        (gb,) = torch.autograd.grad(F.cross_entropy(xb, t, reduction=reduction, label_smoothing=0.1), xb, go.double())
+        torch.testing.assert_close(ga.double(), gb, rtol=1e-5, atol=1e-7)
+        assert (ga[::4] == 0).all()  # ignored rows
+
+
+def test_cross_entropy_loss_is_the_same_with_and_without_grad(device):
+    x = _x((7, 300), device, dtype=torch.bfloat16)
+    t = _t(7, 300, device, ignore_every=3)
+    w = _x((300,), device, dtype=torch.bfloat16, seed=2, scale=0.2) + 1.0
+    for kw in [{}, {"weight": w, "label_smoothing": 0.3, "reduction": "none"}]:
+        with torch.no_grad():
+            a = cross_entropy(x, t, **kw)
+        b = cross_entropy(x.clone().requires_grad_(True), t, **kw)
+        # Same statistics code in both kernels: equal to within one bf16 rounding (bitwise on CPU).
+        torch.testing.assert_close(b.detach(), a, rtol=2**-8, atol=0)
+
+
+def test_cross_entropy_backward_is_single_use(device):
+    x = _x((3, 10), device).requires_grad_(True)
+    loss = cross_entropy(x, _t(3, 10, device))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_cross_entropy_allocates_no_float32_logit_sized_buffer(monkeypatch, device):
+    # "No (M, C) fp32 intermediate beyond the gradient itself": record every allocation made
+    # during a forward+backward, on each kernel path.
+    m, c = 4, 100
+    seen = []
+    for name in ("empty", "zeros", "full", "empty_like"):
+        orig = getattr(torch, name)
+
+        def rec(*args, _orig=orig, **kwargs):
+            out = _orig(*args, **kwargs)
+            seen.append((out.dtype, out.numel()))
+            return out
+
+        monkeypatch.setattr(torch, name, rec)
+    for one_pass_max in (128, 16):
+        monkeypatch.setattr(ce_module, "ONE_PASS_MAX_N", one_pass_max)
+        monkeypatch.setattr(ce_module, "SPLIT_SEG", 32)
+        x = _x((m, c), device, dtype=torch.bfloat16).requires_grad_(True)
+        seen.clear()
+        (g,) = torch.autograd.grad(cross_entropy(x, _t(m, c, device), label_smoothing=0.1), x)
+        assert g.dtype == torch.bfloat16
+        big = [s for s in seen if s[1] >= m * c]
+        assert big == [(torch.bfloat16, m * c)], big  # the gradient, nothing else
+
+
+def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_launch, device):
+    for name in _KERNELS:
+        forbid_launch(ce_module, name)
+    x = torch.empty((0, 7), device=device, requires_grad=True)
+    t = torch.empty((0,), dtype=torch.int64, device=device)
+    loss = cross_entropy(x, t)
+    assert loss.shape == () and math.isnan(loss.item()) and math.isnan(F.cross_entropy(x, t).item())
+    (g,) = torch.autograd.grad(loss, x)
+    assert g.shape == (0, 7)
+    assert cross_entropy(x, t, reduction="sum").item() == 0.0
+    assert cross_entropy(x, t, reduction="none").shape == (0,)
+    # Zero classes: every target must be ignored; label smoothing gives NaN, as torch.
+    x0 = torch.empty((3, 0), device=device)
+    t0 = torch.full((3,), -100, device=device)
+    assert torch.equal(cross_entropy(x0, t0, reduction="none"), torch.zeros(3, device=device))
+    assert torch.isnan(cross_entropy(x0, t0, reduction="sum", label_smoothing=0.1))
+    with pytest.raises(IndexError, match="roofkit.cross_entropy"):
+        cross_entropy(x0, torch.zeros(3, dtype=torch.int64, device=device))
+
+
+@pytest.mark.parametrize("bad", [7, -1, 1 << 40])
+def test_cross_entropy_out_of_range_target_raises_index_error(bad, device):
+    x = _x((5, 7), device)
+    t = torch.tensor([1, -100, bad, 3, bad], device=device)
+    for requires_grad in (False, True):
+        with pytest.raises(IndexError) as info:
+            cross_entropy(x.clone().requires_grad_(requires_grad), t)
+        msg = str(info.value)
+        assert "roofkit.cross_entropy" in msg and "target" in msg and "[0, 7)" in msg
+        assert "2 do not" in msg and f"position 2: {bad}" in msg
+
+
+@pytest.mark.parametrize(
+    "call,exc,words",
+    [
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d, dtype=torch.int32), torch.zeros(2, dtype=torch.int64, device=d)), TypeError, ["roofkit.cross_entropy", "input"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int32, device=d)), TypeError, ["roofkit.cross_entropy", "target", "int64"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), [0, 1]), TypeError, ["roofkit.cross_entropy", "target", "torch.Tensor"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, 3, device=d)), NotImplementedError, ["roofkit.cross_entropy", "class-probability"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, device=d)), TypeError, ["roofkit.cross_entropy", "target", "int64"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(3, dtype=torch.int64, device=d)), ValueError, ["roofkit.cross_entropy", "target", "(2,)"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, 4, device=d), torch.zeros(2, 3, dtype=torch.int64, device=d)), ValueError, ["roofkit.cross_entropy", "target", "(2, 4)"]),
+        (lambda d: cross_entropy(torch.ones(3, device=d), torch.zeros(1, dtype=torch.int64, device=d)), ValueError, ["roofkit.cross_entropy", "target", "()"]),
+        (lambda d: cross_entropy(torch.tensor(1.0, device=d), torch.tensor(0, device=d)), ValueError, ["roofkit.cross_entropy", "input", "0-d"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device="meta")), ValueError, ["roofkit.cross_entropy", "target", "meta"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), torch.ones(4, device=d)), ValueError, ["roofkit.cross_entropy", "weight", "(3,)"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), torch.ones(3, device=d, dtype=torch.float16)), TypeError, ["roofkit.cross_entropy", "weight dtype"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), ignore_index=1.5), TypeError, ["roofkit.cross_entropy", "ignore_index"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), reduction="avg"), ValueError, ["roofkit.cross_entropy", "reduction", "avg"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), reduction=None), TypeError, ["roofkit.cross_entropy", "reduction"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), label_smoothing=1.5), ValueError, ["roofkit.cross_entropy", "label_smoothing"]),
+        (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), label_smoothing="a"), TypeError, ["roofkit.cross_entropy", "label_smoothing"]),
+    ],
+)
+def test_cross_entropy_bad_input_raises_clear_error(call, exc, words, device):
+    with pytest.raises(exc) as info:
+        call(device)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_cross_entropy_compiles_fullgraph_with_backward(device):
+    def fn(x, t, w):
+        return cross_entropy(x * 2.0, t, w, label_smoothing=0.1) + cross_entropy(x, t, reduction="none").sum() * 0.5
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    x = _x((6, 40), device).requires_grad_(True)
+    t = _t(6, 40, device, ignore_every=3)
+    w = _x((40,), device, seed=5, scale=0.1) + 1.0
+    out = compiled(x, t, w)
+    (gx,) = torch.autograd.grad(out, x)
+    x2 = x.detach().clone().requires_grad_(True)
+    out2 = F.cross_entropy(x2 * 2.0, t, w, label_smoothing=0.1) + F.cross_entropy(x2, t, reduction="none").sum() * 0.5
+    (gx2,) = torch.autograd.grad(out2, x2)
+    torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gx, gx2, rtol=1e-4, atol=1e-6)
+
+
+def test_cross_entropy_cost_counts_one_read_and_one_gradient_write():
+    c = case("t", shape=(4, 10))
+    assert ce_module.cross_entropy_cost(c, torch.bfloat16).bytes == 40 * 2 + 4 * 8 + 2
+    fb = case("t", shape=(4, 10), mode="fwd_bwd", reduction="none", weight=True)
+    assert ce_module.cross_entropy_cost(fb, torch.float32).bytes == 2 * 40 * 4 + 4 * 8 + 10 * 4 + 4 * 4
+    assert ce_module.cross_entropy_cost(fb, torch.float32).flops == 8 * 40
+    k = case("t", shape=(2, 5, 3), label_smoothing=0.1)  # (N, C, d): 6 rows of 5 classes
+    assert ce_module.cross_entropy_cost(k, torch.float32).bytes == 30 * 4 + 6 * 8 + 4
+    assert ce_module.cross_entropy_cost(k, torch.float32).flops == 6 * 30
+
+
+def test_cross_entropy_launch_heuristic_paths():
+    lc = ce_module._launch_config  # no device: up to MAX_SPLITS programs per row
+    assert lc(4096, 8192, True) == ce_module.Config(True, 1, 4096, 8)
+    assert lc(100, 8192, True).BLOCK_M == 16
+    assert lc(128256, 8192, True) == ce_module.Config(True, 1, 16384, 32, splits=8)
+    assert lc(128256, 8192, True, None, True, True) == ce_module.Config(True, 1, 8192, 16, splits=16)
+    assert lc(50257, 16384, True).splits == 4 and lc(262144, 4096, True).splits == 16
+    assert lc(8193, 10, True).splits == 2
+    # Forward only over many rows: one program streams each row once.
+    assert lc(128256, 8192, False) == ce_module.Config(False, 1, 16384, 32)
+    assert lc(128256, 8192, False, None, True) == ce_module.Config(False, 1, 8192, 16)
+    assert not lc(ce_module.SPLIT_SEG * ce_module.MAX_SPLITS + 1, 8, True).one_pass
