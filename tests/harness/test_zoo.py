@@ -264,3 +264,20 @@ def test_compare_integer_outputs_is_exact(device):
     off[7] += 1  # off by one: any float tolerance would let it through
     check = compare("count", off, ref, ref, **kw)
     assert not check.passed and check.mismatches == 1 and "(7,)" in check.worst
+
+
+def test_compare_budget_never_below_the_references_own_rounding(device):
+    # A scalar whose float64 reference lies a quarter ulp above 1 in fp16, and a torch result
+    # that overflowed (non-finite: its error is not counted, so it gives no budget). The
+    # correctly rounded answer must pass; an answer one ulp off must still fail.
+    from roofkit.harness.verify import compare
+
+    ref = torch.tensor([1.0 + 2.0**-12], dtype=torch.float64, device=device)
+    torch_overflowed = torch.tensor([float("inf")], dtype=torch.float16, device=device)
+    kw = dict(rtol=2e-3, atol=5e-4, l2_factor=2.0, l2_floor=1e-4, device=device)
+    rounded = torch.tensor([1.0], dtype=torch.float16, device=device)
+    check = compare("loss", rounded, ref, torch_overflowed, **kw)
+    assert check.passed, check.reasons
+    assert check.torch_err_l2 == 0.0 and check.budget_l2 > 2 * 2.0**-12
+    one_ulp_up = torch.tensor([1.0 + 2.0**-10], dtype=torch.float16, device=device)
+    assert not compare("loss", one_ulp_up, ref, torch_overflowed, **kw).passed

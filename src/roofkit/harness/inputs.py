@@ -3,7 +3,9 @@
 Distributions: ``normal`` (standard normal), ``large`` (normal times a magnitude that stays finite
 in the dtype, 1e4 by default), ``neg_inf`` (normal with about 10% of entries -inf and, for 2-D and
 larger, one row entirely -inf), ``pos_inf`` (normal with about 3% +inf), ``nan`` (normal with a few NaN), ``ties`` (small integers, so
-maxima are tied), ``arange`` (a structured ramp that exposes index mistakes).
+maxima are tied), ``arange`` (a structured ramp that exposes index mistakes), ``shifted`` (normal
+plus 2: a non-zero mean, so long sums are well conditioned and their error reflects the
+summation, not cancellation).
 Layouts: ``contiguous``, ``transposed`` (last two dims swapped in memory), ``offset`` (a view with
 a non-zero storage offset), ``strided`` (every other element of the last dim), ``expanded``
 (the first row broadcast to every row with stride 0: changes the values, all rows equal).
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-DISTRIBUTIONS = ("normal", "large", "neg_inf", "pos_inf", "nan", "ties", "arange")
+DISTRIBUTIONS = ("normal", "large", "neg_inf", "pos_inf", "nan", "ties", "arange", "shifted")
 LAYOUTS = ("contiguous", "transposed", "offset", "strided", "expanded")
 
 
@@ -41,6 +43,8 @@ def random_tensor(
         x = torch.randn(shape, generator=generator, device=gdev, dtype=torch.float32)
         if dist == "large":
             x = x * magnitude
+        elif dist == "shifted":
+            x = x + 2.0
         elif dist == "neg_inf":
             u = torch.rand(shape, generator=generator, device=gdev)
             x = x.masked_fill(u < 0.1, float("-inf"))

@@ -845,6 +845,9 @@ def _make_inputs(case, dtype, generator, device) -> Inputs:
 _F32 = (torch.float32,)
 _BF16 = (torch.bfloat16,)
 _ALL = FLOAT_DTYPES
+# torch's CUDA backward for mode max and for per_sample_weights has no bfloat16 kernel, so the
+# error budget (2x torch's same-dtype error) cannot be formed there: those cases run fp32/fp16.
+_NO_BF16 = (torch.float32, torch.float16)
 
 
 def _c(name, tags=(), dtypes=_F32, **params):
@@ -881,9 +884,9 @@ CASES = [
        bag_mode="sum"),
     _c("gpu_empty_bags_ragged_mean", ["gpu"], dtypes=_ALL, shape=(8192, 20), num_embeddings=50_000, dim=128,
        ragged=True, bag_mode="mean"),
-    _c("gpu_repeated_indices_max", ["gpu"], dtypes=_ALL, shape=(4096, 32), num_embeddings=1000, dim=64,
+    _c("gpu_repeated_indices_max", ["gpu"], dtypes=_NO_BF16, shape=(4096, 32), num_embeddings=1000, dim=64,
        dist="repeat", bag_mode="max"),
-    _c("gpu_padding_psw_powerlaw", ["gpu"], dtypes=_ALL, shape=(8192, 24), num_embeddings=100_000, dim=96,
+    _c("gpu_padding_psw_powerlaw", ["gpu"], dtypes=_NO_BF16, shape=(8192, 24), num_embeddings=100_000, dim=96,
        dist="powerlaw", padding_idx=5, psw=True, bag_mode="sum", ragged=True),
     _c("gpu_powerlaw_max_padding", ["gpu"], shape=(8192, 16), num_embeddings=100_000, dim=128, dist="powerlaw",
        padding_idx=-1, bag_mode="max"),

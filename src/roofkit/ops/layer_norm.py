@@ -200,14 +200,16 @@ def _layer_norm_fwd_kernel(
 @triton.jit
 def _layer_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr, c_ptr,
-    M, N, rows_per_program,
+    M, N, inv_n, rows_per_program,
     stride_dym, stride_xm, stride_dxm,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     """dx for rows [pid * rows_per_program, ...) and this program's fp32 rows of partial dweight
     (sum of dy * xhat) and dbias (sum of dy). With xhat = (x - mean) * rstd and g = dy * weight:
-    dx = rstd * (g - xhat * mean(g * xhat) - mean(g)). Tile [BLOCK_M, BLOCK_N]."""
+    dx = rstd * (g - xhat * mean(g * xhat) - mean(g)). Tile [BLOCK_M, BLOCK_N]. The means multiply
+    by ``inv_n`` (1/N rounded once on the host) rather than divide: the GPU's fast fp32 division
+    is not correctly rounded, and with N = 1 dx must come out exactly zero."""
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, M)
@@ -235,9 +237,12 @@ def _layer_norm_bwd_kernel(
                 g = dy * w[None, :]
             else:
                 g = dy
-            c1 = tl.sum(g * xhat, axis=1) / N
-            c2 = tl.sum(g, axis=1) / N
+            c1 = tl.sum(g * xhat, axis=1) * inv_n
+            c2 = tl.sum(g, axis=1) * inv_n
             dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+            # N == 1: dx is exactly zero (y does not depend on x); the compiler's fused
+            # multiply-add of g = dy * w into g - c2 would leave a rounding residue.
+            dx = tl.where(N == 1, 0.0, dx)
             tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
             if HAS_WEIGHT:
                 dw_acc += dy * xhat
@@ -268,8 +273,8 @@ def _layer_norm_bwd_kernel(
                     dy = dy * tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
                 acc1 += dy * xhat
                 acc2 += dy
-            tl.store(c_ptr + 2 * r, tl.sum(acc1, axis=0) / N)
-            tl.store(c_ptr + 2 * r + 1, tl.sum(acc2, axis=0) / N)
+            tl.store(c_ptr + 2 * r, tl.sum(acc1, axis=0) * inv_n)
+            tl.store(c_ptr + 2 * r + 1, tl.sum(acc2, axis=0) * inv_n)
         # Every thread of the program reads the constants the program stored above.
         tl.debug_barrier()
         for start in range(0, N, BLOCK_N):
@@ -396,7 +401,7 @@ def _layer_norm_backward(dy, x, weight, has_bias: bool, mean, rstd, norm_ndim: i
     c = torch.empty((m, 2) if not cfg.one_pass else (1, 2), dtype=torch.float32, device=x.device)
     w = weight.reshape(-1) if has_w else xr
     _layer_norm_bwd_kernel[(g,)](
-        dyr, xr, w, mean, rstd, dxr, dw_part, db_part, c, m, n, rows_per_program,
+        dyr, xr, w, mean, rstd, dxr, dw_part, db_part, c, m, n, 1.0 / n, rows_per_program,
         dyr.stride(0), xr.stride(0), dxr.stride(0),
         HAS_WEIGHT=has_w, HAS_BIAS=has_bias, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, num_warps=cfg.num_warps,

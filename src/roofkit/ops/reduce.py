@@ -624,7 +624,10 @@ _COMMON = [
     case("gpu_full_1", ["gpu"], shape=(1,)),
     case("gpu_full_781", ["gpu"], shape=(781,)),
     case("gpu_full_16Mi", ["gpu"], shape=(1 << 24,)),
-    case("gpu_full_odd_10000019", ["gpu"], shape=(10000019,), dtypes=_F32),
+    # Long full sums of zero-mean data cancel (|sum| ~ sqrt(n) while sum |x| ~ n), so their
+    # relative error is set by the cancellation, and one scalar's luck decides the 2x-torch rule.
+    # The long full reduction is judged on data with a non-zero mean.
+    case("gpu_full_odd_10000019", ["gpu"], shape=(10000019,), dtypes=_F32, dist="shifted"),
     case("gpu_rows_1000x781", ["gpu"], shape=(1000, 781), dim=-1),
     case("gpu_rows_8192x4096", ["gpu"], shape=(8192, 4096), dim=-1),
     case("gpu_rows_few_long_4x1000003", ["gpu"], shape=(4, 1000003), dim=-1),
