@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-SUITES = ("llama3-8b", "llama3-70b", "gpt2", "edge")
+SUITES = ("llama3-8b", "llama3-70b", "gpt2", "edge", "acceptance", "dlrm")
 
 
 def _setup_backend() -> bool:
@@ -159,6 +159,8 @@ def cmd_bench(args) -> int:
         + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.matmul_tflops.items()) + " TFLOP/s"
     )
     items = bench_items(specs, args.suite)
+    if args.cases:
+        items = [it for it in items if it[1].name in args.cases]
     if not items:
         console.print(f"[red]no benchmark cases in suite {args.suite!r} for {', '.join(s.name for s in specs)}[/red]")
         return 1
@@ -279,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("ops", nargs="*")
     s.add_argument("--suite", default="llama3-8b", choices=SUITES)
     s.add_argument("--providers", nargs="+", help="subset of providers (roofkit, torch, torch.compile, liger, flaggems)")
+    s.add_argument("--cases", nargs="+", help="only these case names of the suite")
     s.add_argument("--l2", default="cold", choices=("cold", "warm"))
     s.add_argument("--graph", action="store_true", help="time CUDA-graph replays")
     s.add_argument("--out", default="roofkit-out", help="folder for results.json, results.csv, roofline.png")
