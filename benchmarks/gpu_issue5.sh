@@ -23,5 +23,5 @@ else
   rk 120 masked_select --suite acceptance --cases 64Mi_keep_5pct 64Mi_keep_50pct 64Mi_keep_95pct --out "$R/bench-acceptance-compact" > "$R/bench-compact.txt" 2>&1
 fi
 for f in "$R"/bench-*.txt; do echo "== $f"; grep -E "│|unverified|error" "$f" | cut -c1-170 | tail -40; done
-tar -C "$OUT" -czf "$OUT/run.tar.gz" run
+tar -C "$OUT" -czf "$OUT/run.tar.gz" run && rm -rf "$OUT/run"
 cat "$R/sweep.txt" 2>/dev/null | grep GB/s

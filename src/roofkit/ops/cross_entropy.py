@@ -127,12 +127,12 @@ SPLIT_SEG = 16384
 SPLIT_SEG_WEIGHTED = 8192
 MAX_SPLITS = 64
 # A long row is split only when the rows are fewer than this many per SM; otherwise one program
-# streams each row (online path: forward only, one read; with a gradient, two reads). Forward
-# only: 2 (splitting just fills the SMs when rows are few). With a gradient: no limit, the split
-# form reading the logits once; softmax's split form measured slower than its online form at
-# 8192 rows (NOTES.md, v5): set GRAD_SPLIT_MAX_ROWS_PER_SM = 1 to take the online path there.
+# streams each row (online path: forward only, one read; with a gradient, two reads). Measured on
+# the H200 (benchmarks/NOTES.md, cross_entropy): with a gradient at 8192x128256 the split form
+# took 2.82 ms, the online form 1.96 ms (the split form's cross-program wait costs more than the
+# second read), so both limits split only when rows are few.
 FWD_SPLIT_MAX_ROWS_PER_SM = 2
-GRAD_SPLIT_MAX_ROWS_PER_SM = math.inf
+GRAD_SPLIT_MAX_ROWS_PER_SM = 1
 # Chunk of a long row per loop iteration: 8192 (16 warps); 16384 (32 warps) for rows past
 # 65536 classes when the loop keeps nothing but the running max and sum (forward only, no label
 # smoothing), as softmax measured best; the smoothing accumulator and the gradient pass spill
