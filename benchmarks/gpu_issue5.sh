@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Issue 5 GPU runs (2026-11-30): part A (tests + norms/cross-entropy/reductions/transpose) or
 # part B (embedding_bag, scatter/index_add, compaction), part C (cross-entropy profile, dlrm
-# re-run). Usage: bash benchmarks/gpu_issue5.sh A|B|C
+# re-run), part D (cross-entropy after the fix, llama3-8b suite). Usage: bash benchmarks/gpu_issue5.sh A|B|C|D
 set -uo pipefail
 OUT=${OUT:-/tmp/roofkit-out}; R=$OUT/run; mkdir -p "$R"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 ROOFKIT_CACHE_DIR=$R/cache
 python3 -m pip install -q --no-index --no-deps --target /tmp/peers .peers/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/peers
 rk() { timeout "$1" python3 -m roofkit.cli bench "${@:2}"; }
-if [ "$1" = C ]; then
+if [ "$1" = D ]; then
+  timeout 60 python3 benchmarks/profile_ce.py > "$R/profile-ce.txt" 2>&1; tail -4 "$R/profile-ce.txt"
+  rk 100 cross_entropy --suite acceptance --cases logits_8192x128256_fwd_bwd --out "$R/bench-acceptance-ce" > "$R/bench-ce.txt" 2>&1
+  rk 330 layer_norm cross_entropy sum mean amax transpose embedding_bag scatter_add index_add masked_select --suite llama3-8b --out "$R/bench-llama3-8b" > "$R/bench-llama3-8b.txt" 2>&1
+elif [ "$1" = C ]; then
   timeout 120 python3 benchmarks/profile_ce.py > "$R/profile-ce.txt" 2>&1; tail -22 "$R/profile-ce.txt"
   rk 240 embedding_bag --suite dlrm --cases sum_uniform sum_powerlaw sum_uniform_bwd sum_powerlaw_bwd --out "$R/bench-dlrm" > "$R/bench-dlrm.txt" 2>&1
 elif [ "$1" = A ]; then

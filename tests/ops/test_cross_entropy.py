@@ -69,6 +69,7 @@ def test_cross_entropy_long_row_paths_match_reference(path, monkeypatch, device)
     monkeypatch.setattr(ce_module, "SPLIT_SEG", 32)
     monkeypatch.setattr(ce_module, "SPLIT_SEG_WEIGHTED", 16)
     monkeypatch.setattr(ce_module, "FWD_SPLIT_MAX_ROWS_PER_SM", 10**6)
+    monkeypatch.setattr(ce_module, "GRAD_SPLIT_MAX_ROWS_PER_SM", 10**6)
     if path == "online":
         # As on a GPU with more rows than GRAD/FWD_SPLIT_MAX_ROWS_PER_SM allow to split.
         monkeypatch.setattr(ce_module, "GRAD_SPLIT_MAX_ROWS_PER_SM", 0)
@@ -254,10 +255,14 @@ def test_cross_entropy_cost_counts_one_read_and_one_gradient_write():
     assert ce_module.cross_entropy_cost(k, torch.float32).flops == 6 * 30
 
 
-def test_cross_entropy_launch_heuristic_paths():
-    lc = ce_module._launch_config  # no device: up to MAX_SPLITS programs per row
+def test_cross_entropy_launch_heuristic_paths(monkeypatch):
+    lc = ce_module._launch_config  # no device: up to MAX_SPLITS programs per row, one "SM"
     assert lc(4096, 8192, True) == ce_module.Config(True, 1, 4096, 8)
     assert lc(100, 8192, True).BLOCK_M == 16
+    # With a gradient and more rows than SMs: the online form (measured faster on the H200).
+    assert lc(128256, 8192, True) == ce_module.Config(False, 1, 8192, 16)
+    # Split forms, as taken when rows are fewer than the limit allows:
+    monkeypatch.setattr(ce_module, "GRAD_SPLIT_MAX_ROWS_PER_SM", 10**6)
     assert lc(128256, 8192, True) == ce_module.Config(True, 1, 16384, 32, splits=8)
     assert lc(128256, 8192, True, None, True, True) == ce_module.Config(True, 1, 8192, 16, splits=16)
     assert lc(50257, 16384, True).splits == 4 and lc(262144, 4096, True).splits == 16

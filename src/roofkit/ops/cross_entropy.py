@@ -682,6 +682,10 @@ def _setup_context(ctx, inputs, output):
     _, grad = output
     ctx.save_for_backward(grad)
     ctx.mark_non_differentiable(grad)
+    # The second output (the gradient itself) never receives a gradient: without this, autograd
+    # would materialize an (M, C) tensor of zeros for it on every backward (measured: 2 fills,
+    # 0.6 ms of 2.6 at 8192x128256 bf16).
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_loss, grad_grad):
