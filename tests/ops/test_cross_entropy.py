@@ -271,3 +271,26 @@ def test_cross_entropy_launch_heuristic_paths(monkeypatch):
     assert lc(128256, 8192, False) == ce_module.Config(False, 1, 16384, 32)
     assert lc(128256, 8192, False, None, True) == ce_module.Config(False, 1, 8192, 16)
     assert not lc(ce_module.SPLIT_SEG * ce_module.MAX_SPLITS + 1, 8, True).one_pass
+
+
+def test_cross_entropy_large_logits_keep_their_digits(device):
+    # Logits offset by 1e6 (fp32): the loss is (max - x_t) + log(sum exp), not
+    # (max + log(sum exp)) - x_t, which would lose ~1e-2 of a loss near 2.
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(4, 8, generator=g) + 1e6).to(device)
+    t = torch.tensor([0, 3, 5, 7], device=device)
+    ref = F.cross_entropy(x.double(), t, reduction="none")
+    got = cross_entropy(x, t, reduction="none")
+    torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-6)
+    const = torch.full((1, 7), 1e30, device=device)  # every class equal: log 7, not 0
+    assert abs(float(cross_entropy(const, torch.tensor([0], device=device))) - math.log(7)) < 1e-5
+
+
+def test_cross_entropy_refuses_double_backward_and_weight_grad(device):
+    a = torch.randn(4, 5, device=device, requires_grad=True)
+    t = torch.tensor([0, 1, 2, 3], device=device)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(cross_entropy(a, t), a, create_graph=True)
+    w = torch.rand(5, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="weight"):
+        cross_entropy(a, t, weight=w)

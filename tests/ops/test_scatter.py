@@ -345,3 +345,9 @@ def test_torch_deterministic_baseline_restores_the_global_flags(device):
     before = (torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory)
     torch.testing.assert_close(run(x, 0, idx, s, alpha=2.0, deterministic=True), torch.index_add(x, 0, idx, s, alpha=2.0))
     assert (torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory) == before
+
+
+def test_index_add_alpha_beyond_float32_raises(device):
+    x = torch.zeros(3, device=device)
+    with pytest.raises(ValueError, match="alpha"):
+        index_add(x, 0, torch.tensor([0], device=device), torch.ones(1, device=device), alpha=1e300)

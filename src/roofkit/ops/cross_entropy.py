@@ -244,12 +244,14 @@ def _target_terms(t_ptr, w_ptr, rows64, row_mask, stride_t, ignore_index, C, HAS
 
 
 @triton.jit
-def _row_loss(lse, x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH: tl.constexpr):
-    """Loss of rows from their log-sum-exp, target logit and (SMOOTH) weighted sum of logits;
-    exactly 0 on ignored rows, as torch."""
-    nll = w_t * (lse - x_t)
+def _row_loss(m, log_s, x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH: tl.constexpr):
+    """Loss of rows from their max ``m``, log of the rescaled sum of exp ``log_s``, target logit
+    and (SMOOTH) weighted sum of logits; exactly 0 on ignored rows, as torch. The target logit
+    is subtracted from the max before log_s is added (as log_softmax does), so large logits
+    (|x| >> 1) keep their digits; the smoothing term's sum of logits is still taken whole."""
+    nll = w_t * ((m - x_t) + log_s)
     if SMOOTH:
-        loss = (1.0 - label_smoothing) * nll + (label_smoothing / C) * (wsum * lse - sx)
+        loss = (1.0 - label_smoothing) * nll + (label_smoothing / C) * ((wsum * m - sx) + wsum * log_s)
     else:
         loss = nll
     return tl.where(keep, loss, 0.0)
@@ -340,9 +342,8 @@ def _cross_entropy_fwd_kernel(
                 sx = tl.sum(sx_acc, axis=1)
             else:
                 sx = tl.zeros([BLOCK_M], tl.float32)
-        lse = m + tl.log(s)
         x_t = tl.load(x_ptr + rows * stride_xm + t * stride_xn, mask=keep & ok, other=0.0).to(tl.float32)
-        loss = _row_loss(lse, x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH)
+        loss = _row_loss(m, tl.log(s), x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH)
         tl.store(loss_ptr + rows, _round_for_store(loss, loss_ptr, LOSS_RNE), mask=row_mask)
         if WRITE_GRAD:
             a, b, c = _grad_coefs(keep, w_t, gscale, wsum, label_smoothing, C, SMOOTH)
@@ -421,7 +422,6 @@ def _cross_entropy_split_kernel(
         gm = tl.max(pm, axis=0)
         # Fixed combining order: every program of the row gets bitwise the same (gm, gs).
         gs = tl.sum(tl.where(pm == -float("inf"), 0.0, ps * tl.exp(pm - gm)), axis=0)
-        lse = gm + tl.log(gs)
         wsum = tl.load(scal_ptr + 2)
         t, keep, ok, w_t = _target_terms(t_ptr, w_ptr, row64, row < M, stride_t, ignore_index, C, HAS_WEIGHT)
         if WRITE_GRAD:
@@ -443,7 +443,7 @@ def _cross_entropy_split_kernel(
             if SMOOTH:
                 sx = tl.sum(tl.load(part + 3 * k + 2, mask=kmask, other=0.0, volatile=True), axis=0)
             x_t = tl.load(x_ptr + row64 * stride_xm + t * stride_xn, mask=keep & ok, other=0.0).to(tl.float32)
-            loss = _row_loss(lse, x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH)
+            loss = _row_loss(gm, tl.log(gs), x_t, sx, keep, w_t, wsum, label_smoothing, C, SMOOTH)
             tl.store(loss_ptr + row64, _round_for_store(loss, loss_ptr, LOSS_RNE))
 
 
@@ -691,6 +691,10 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_loss, grad_grad):
     # The gradient was written by the forward; it is scaled in place (the saved tensor is
     # consumed: a second backward through the same graph fails autograd's version check).
+    if torch.is_grad_enabled():
+        # create_graph=True: the saved gradient has no graph of its own, so a second-order
+        # gradient through it would be silently wrong. Refuse instead.
+        raise RuntimeError("roofkit.cross_entropy: double backward (create_graph=True) is not supported")
     (grad,) = ctx.saved_tensors
     if grad_loss is None:
         return None, None, None, None, None, None
@@ -809,6 +813,8 @@ def cross_entropy(
             raise ValueError(f"roofkit.{op}: weight must have shape ({c},) (one per class), got {tuple(weight.shape)}")
         if weight.dtype != input.dtype:
             raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
+        if weight.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(f"roofkit.{op}: not differentiable with respect to weight (detach it), as in torch")
         weight = weight.contiguous()
     if input.dim() == 1:
         x2, t1 = input.unsqueeze(0), target.reshape(1)

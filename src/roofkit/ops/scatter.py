@@ -766,6 +766,8 @@ def index_add(
     d = _check_dim(op, dim, input.dim())
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise TypeError(f"roofkit.{op}: alpha must be a real number, got {type(alpha).__name__}")
+    if math.isfinite(alpha) and abs(alpha) > torch.finfo(torch.float32).max:
+        raise ValueError(f"roofkit.{op}: alpha={alpha} cannot be converted to float32 without overflow")
     if index.dim() > 1:
         raise ValueError(f"roofkit.{op}: index must be 1-D (a vector), got shape {tuple(index.shape)}")
     L = index.numel()
