@@ -362,3 +362,23 @@ def test_embedding_bag_spec_declares_the_acceptance_suites():
     for feature in ("ragged", "dist", "padding_idx", "psw"):
         assert any(c.get(feature) for c in gpu), feature
     assert any(c.get("dist") == "powerlaw" for c in gpu) and any(c.get("dist") == "repeat" for c in gpu)
+
+
+def test_embedding_bag_max_propagates_nan_to_its_first_position(device):
+    # NaN propagates whatever its position in the bag (torch's result depends on it); the
+    # gradient goes to the first NaN, the other column keeps its ordinary max.
+    w = torch.tensor([[1.0, float("nan")], [float("nan"), 2.0], [3.0, 0.0]], device=device, requires_grad=True)
+    out = eb.embedding_bag(torch.tensor([0, 1, 2], device=device), w, torch.tensor([0], device=device), mode="max")
+    assert torch.isnan(out[0]).all()
+    (gw,) = torch.autograd.grad(out, w, torch.ones_like(out))
+    assert gw.tolist() == [[0.0, 1.0], [1.0, 0.0], [0.0, 0.0]]
+    w2 = torch.tensor([[float("nan"), 1.0], [5.0, 2.0]], device=device)
+    out2 = eb.embedding_bag(torch.tensor([0, 1], device=device), w2, torch.tensor([0], device=device), mode="max")
+    assert torch.isnan(out2[0, 0]) and out2[0, 1] == 2.0
+
+
+def test_embedding_bag_no_bags_still_checks_the_lone_offset(device):
+    w = torch.randn(10, 3, device=device)
+    idx = torch.arange(8, device=device)
+    with pytest.raises(ValueError, match="offset"):
+        eb.embedding_bag(idx, w, torch.tensor([5], device=device), include_last_offset=True)

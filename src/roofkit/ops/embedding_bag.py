@@ -185,11 +185,17 @@ def _embedding_bag_fwd_kernel(
             x = x * tl.load(psw_ptr + pos, mask=keep, other=0.0).to(tl.float32)[:, None]
         if MODE == 2:
             xm = tl.where(m2, x, float("-inf"))
-            step_max = tl.max(xm, axis=0)
+            # NaN propagates (as roofkit.amax and IEEE max do): a column holding NaN takes the
+            # first NaN, which then stays; torch's result there depends on the NaN's position.
+            is_nan = m2 & (xm != xm)
+            step_nan = tl.max(is_nan.to(tl.int32), axis=0) > 0
+            step_max = tl.where(step_nan, float("nan"), tl.max(xm, axis=0))
             # First position holding the step's maximum (torch keeps the first of tied maxima).
-            step_pos = tl.min(tl.where(m2 & (xm == step_max[None, :]), pos[:, None], 9223372036854775807), axis=0)
+            hit = tl.where(step_nan[None, :], is_nan, m2 & (xm == step_max[None, :]))
+            step_pos = tl.min(tl.where(hit, pos[:, None], 9223372036854775807), axis=0)
             found = step_pos != 9223372036854775807
-            take = found & ((step_max > best) | (best_pos < 0))
+            best_nan = best != best
+            take = found & ~best_nan & ((step_max > best) | step_nan | (best_pos < 0))
             best = tl.where(take, step_max, best)
             best_pos = tl.where(take, step_pos, best_pos)
         else:
@@ -751,6 +757,13 @@ def embedding_bag(
         num_bags = offsets.numel() - (1 if include_last_offset else 0)
         if num_bags < 0:
             raise ValueError(f"roofkit.{op}: offsets must hold at least one entry with include_last_offset=True")
+        if num_bags == 0 and offsets.numel():
+            # No bag reaches the kernel's offset checks: check the lone offset here (a sync on
+            # an empty result only).
+            first = int(offsets[0])
+            if first != 0 or first != input.numel():
+                raise ValueError(f"roofkit.{op}: with include_last_offset=True and no bags the only offset "
+                                 f"must be 0 and equal len(input) = {input.numel()}; got {first}")
         bag_length = 0
         flat = input
         offsets = offsets.contiguous()
