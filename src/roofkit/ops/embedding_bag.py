@@ -202,7 +202,7 @@ def _embedding_bag_fwd_kernel(
             acc += tl.sum(x, axis=0)
         if WRITE_BAGS:
             tl.store(bag_ptr + pos, tl.zeros([BLOCK_L], bag_ptr.dtype.element_ty) + bag.to(bag_ptr.dtype.element_ty),
-                     mask=in_bag & (pid_d == 0))
+                     mask=(in_bag & (pid_d == 0)) != 0)
     tl.store(err_ptr, 1, mask=tl.max(bad, axis=0) > 0)
     n = tl.sum(cnt, axis=0)
     if MODE == 2:
@@ -279,7 +279,9 @@ def _embedding_bag_bwd_kernel(
         # Only the chunk's first run can continue the previous chunk's last one.
         run = run + tl.where(keys2 == carry_key, carry[None, :], 0.0)
         ends = valid & (keys != nxt)
-        first_run = cross_left & (keys == first_key)
+        # (x != 0 keeps these masks boolean in every Triton version: 3.9's interpreter turns a
+        # scalar-and-vector & into int32, which tl.store refuses as a mask.)
+        first_run = (cross_left & (keys == first_key)) != 0
         to_row = ends & ok & ~first_run
         if SPARSE:
             dest = tl.load(dest_ptr + k, mask=to_row, other=0)
@@ -291,14 +293,14 @@ def _embedding_bag_bwd_kernel(
         tl.store(head_ptr + pid * D + lanes[:, None] * 0 + cols[None, :], run,
                  mask=to_head[:, None] & col_mask[None, :])
         if not SPARSE:
-            tl.store(flag_ptr + keys, tl.full([BLOCK_K], 1, tl.int8), mask=ok & (pid_d == 0))
+            tl.store(flag_ptr + keys, tl.full([BLOCK_K], 1, tl.int8), mask=(ok & (pid_d == 0)) != 0)
         hold = valid & (k == tl.minimum(s + BLOCK_K, hi) - 1) & ~ends
         carry = tl.sum(tl.where(hold[:, None], run, 0.0), axis=0)
         carry_key = tl.max(tl.where(hold, keys, -1), axis=0)
     # The run still open at the span's end continues in the next span.
-    single = cross_left & (first_key == last_key)
-    tl.store(head_ptr + pid * D + cols, carry, mask=col_mask & cross_right & single)
-    tl.store(tail_ptr + pid * D + cols, carry, mask=col_mask & cross_right & ~single)
+    single = (cross_left & (first_key == last_key)) != 0
+    tl.store(head_ptr + pid * D + cols, carry, mask=(col_mask & cross_right & single) != 0)
+    tl.store(tail_ptr + pid * D + cols, carry, mask=(col_mask & cross_right & ~single) != 0)
 
 
 @triton.jit
@@ -318,7 +320,8 @@ def _embedding_bag_bwd_fixup_kernel(
     crosses = tl.load(key_ptr + at - 1) == r
     earlier = tl.load(key_ptr + at - E - 1, mask=b > 1, other=-1) == r
     owner = crosses & ~earlier & (r >= 0) & (r < V)
-    acc = tl.load(tail_ptr + (b - 1) * D + cols, mask=col_mask & owner, other=0.0)
+    row_mask = (col_mask & owner) != 0  # boolean in every Triton version (see the bwd kernel)
+    acc = tl.load(tail_ptr + (b - 1) * D + cols, mask=row_mask, other=0.0)
     q = b
     more = owner
     while more:
@@ -330,10 +333,10 @@ def _embedding_bag_bwd_fixup_kernel(
         q += BLOCK_P
         more = tl.sum(hit.to(tl.int32), axis=0) == BLOCK_P
     if SPARSE:
-        dest = tl.load(dest_ptr + at, mask=owner, other=0)
+        dest = tl.load(dest_ptr + at, mask=owner != 0, other=0)
     else:
         dest = r.to(tl.int64)
-    tl.store(gw_ptr + dest * D + cols, _round_for_store(acc, gw_ptr, BF16_RNE), mask=col_mask & owner)
+    tl.store(gw_ptr + dest * D + cols, _round_for_store(acc, gw_ptr, BF16_RNE), mask=row_mask)
 
 
 @triton.jit
