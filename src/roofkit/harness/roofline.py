@@ -106,3 +106,36 @@ def plot(records: list[dict], ceilings: Ceilings, path, *, title: str = "roofkit
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+@dataclass(frozen=True)
+class GemmWaves:
+    """Tile and wave figures of a tiled GEMM launch (see :func:`gemm_waves`)."""
+
+    tiles: int
+    slots: int
+    waves: int
+    last_wave_occupancy: float
+    wave_efficiency: float
+
+
+def gemm_waves(M: int, N: int, K: int, BLOCK_M: int, BLOCK_N: int, sm_count: int, ctas_per_sm: int = 1) -> GemmWaves:
+    """Wave quantization of an output-tiled GEMM (one program per [BLOCK_M, BLOCK_N] tile).
+
+    tiles = ceil(M / BLOCK_M) * ceil(N / BLOCK_N); slots = sm_count * ctas_per_sm programs run
+    at once; waves = ceil(tiles / slots); last_wave_occupancy = fraction of the slots the last
+    wave fills; wave_efficiency = tiles / (waves * slots) (1.0: no idle slot). K does not change
+    the tile count (it sets each tile's work) and is only checked. No tiles: 0 waves, both
+    fractions 0.0. ValueError for negative sizes or non-positive blocks / slots.
+    """
+    if min(M, N, K) < 0:
+        raise ValueError(f"gemm_waves: M, N, K must be >= 0, got {M}, {N}, {K}")
+    if min(BLOCK_M, BLOCK_N, sm_count, ctas_per_sm) <= 0:
+        raise ValueError("gemm_waves: BLOCK_M, BLOCK_N, sm_count and ctas_per_sm must be > 0")
+    tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)
+    slots = sm_count * ctas_per_sm
+    waves = -(-tiles // slots)
+    if tiles == 0:
+        return GemmWaves(0, slots, 0, 0.0, 0.0)
+    last = tiles - (waves - 1) * slots
+    return GemmWaves(tiles, slots, waves, last / slots, tiles / (waves * slots))

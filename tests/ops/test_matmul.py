@@ -1,0 +1,241 @@
+"""roofkit.matmul / roofkit.linear and gemm_waves (CPU: fp16 and fp32 under the interpreter).
+
+No module-level marker yet: the "matmul" marker is not registered in pyproject.toml.
+"""
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roofkit.harness.roofline import gemm_waves
+from roofkit.harness.verify import verify_op
+from roofkit.ops.matmul import SPEC, Config, linear, matmul, matmul_cost
+
+pytestmark = pytest.mark.matmul
+
+mm = importlib.import_module("roofkit.ops.matmul")
+
+CPU_CASES = [c.name for c in SPEC.cases if "gpu" not in c.tags]
+SMALL_TILES = Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
+
+
+def _t(shape, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+
+
+def test_matmul_cpu_cases_match_float64_reference(device):
+    report = verify_op(SPEC, cases=CPU_CASES, seeds=2, device=device)
+    assert report.passed, report.summary()
+    assert len(report.rows) == 2 * 2 * len(CPU_CASES)
+
+
+def test_matmul_multi_tile_grouped_order_and_k_loop(monkeypatch, device):
+    # 16x16x16 tiles: 3x2 tiles (ragged), GROUP_M 2 with a short last group, 2 K steps.
+    monkeypatch.setattr(mm, "_launch_config", lambda *a: SMALL_TILES)
+    cases = ["small_odd_33x17x29", "transposed_b_19x23x37", "c_transposed_batched_2x13x14x15",
+             "broadcast_a2d_9x10x11", "broadcast_b2d_9x10x11", "gelu_bias_17x18x19", "alpha_beta_c_13x14x15"]
+    report = verify_op(SPEC, cases=cases, seeds=2, device=device)
+    assert report.passed, report.summary()
+
+
+def test_matmul_batches_beyond_grid_limit_launch_in_chunks(monkeypatch, device):
+    monkeypatch.setattr(mm, "MAX_GRID_Y", 1)
+    cases = ["batched_3x9x10x11", "broadcast_a2d_9x10x11", "broadcast_b2d_shared_c_9x10x11",
+             "c_transposed_batched_2x13x14x15"]
+    report = verify_op(SPEC, cases=cases, seeds=1, device=device)
+    assert report.passed, report.summary()
+
+
+def test_matmul_every_output_tile_written_once(monkeypatch, device):
+    # A wrong grouped mapping would skip some tiles (NaN from poisoned memory) or repeat others.
+    monkeypatch.setattr(mm, "_launch_config", lambda *a: SMALL_TILES)
+    a, b = _t((81, 23), device), _t((23, 50), device, seed=1)  # 6 x 4 tiles, 3 groups of 2
+    y = matmul(a, b)
+    torch.testing.assert_close(y, (a.double() @ b.double()).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_upstream_case_small_cpu(device):
+    # The Triton matmul tutorial's check (fp16 randn vs torch.matmul, atol 1e-2, rtol 0) at 64^3.
+    a, b = _t((64, 64), device, torch.float16), _t((64, 64), device, torch.float16, seed=1)
+    assert torch.allclose(matmul(a, b), torch.matmul(a, b), atol=1e-2, rtol=0)
+
+
+@pytest.mark.gpu
+def test_matmul_upstream_case_512(device):
+    a, b = _t((512, 512), device, torch.float16), _t((512, 512), device, torch.float16, seed=1)
+    assert torch.allclose(matmul(a, b), torch.matmul(a, b), atol=1e-2, rtol=0)
+
+
+def test_matmul_activation_rounds_once_from_fp32_accumulator(device):
+    # fp16 out: equal to the fp32-epilogue result rounded once (not torch's stepwise rounding).
+    a, b = _t((20, 24), device, torch.float16), _t((24, 12), device, torch.float16, seed=1)
+    bias = _t((12,), device, torch.float16, seed=2)
+    y = matmul(a, b, bias=bias, activation="gelu")
+    want = F.gelu(a.double() @ b.double() + bias.double()).to(torch.float16)
+    ulps = (y.float() - want.float()).abs() / torch.finfo(torch.float16).eps / want.float().abs().clamp_min(1e-3)
+    assert ulps.max() <= 1.01  # at most one fp16 ulp away from the exactly rounded value
+
+
+def test_matmul_tf32_flag_selects_input_precision():
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert mm._input_precision(torch.float32) == "ieee"
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert mm._input_precision(torch.float32) == "tf32"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_matmul_beta_zero_ignores_nan_in_c(device):
+    a, b = _t((5, 6), device), _t((6, 7), device, seed=1)
+    c = torch.full((5, 7), float("nan"), device=device)
+    y = matmul(a, b, c=c, beta=0.0)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y, torch.addmm(c, a, b, beta=0.0))
+
+
+def test_matmul_k0_matches_addmm(device):
+    a, b = torch.empty((4, 0), device=device), torch.empty((0, 3), device=device)
+    c, bias = _t((4, 3), device), _t((3,), device, seed=1)
+    torch.testing.assert_close(matmul(a, b, c=c, beta=0.5, bias=bias), torch.addmm(c, a, b, beta=0.5) + bias)
+
+
+def test_matmul_empty_inputs_no_launch(forbid_launch, device):
+    forbid_launch(mm, "_matmul_kernel")
+    for sa, sb, want in [((0, 5), (5, 3), (0, 3)), ((4, 5), (5, 0), (4, 0)), ((0, 4, 5), (5, 3), (0, 4, 3)),
+                         ((1, 4, 5), (0, 5, 3), (0, 4, 3))]:
+        y = matmul(torch.empty(sa, device=device), torch.empty(sb, device=device))
+        assert tuple(y.shape) == want
+    y = matmul(torch.empty((4, 0), device=device), torch.empty((0, 3), device=device), activation="gelu")
+    assert y.shape == (4, 3) and (y == 0).all()
+    y = linear(torch.empty((0, 5), device=device), _t((3, 5), device))
+    assert y.shape == (0, 3)
+
+
+def test_matmul_cost_hand_computed():
+    case = SPEC.case("alpha_beta_c_13x14x15")  # fp16: A 13*15, B 15*14, bias 14, c 13*14, out 13*14
+    cost = matmul_cost(case, torch.float16)
+    assert cost.flops == 2 * 13 * 14 * 15
+    assert cost.bytes == 2 * (13 * 15 + 15 * 14 + 14 + 13 * 14 + 13 * 14)
+    bc = matmul_cost(SPEC.case("broadcast_b2d_9x10x11"), torch.float32)  # (3,9,11) @ (11,10) + bias
+    assert bc.flops == 2 * 3 * 9 * 10 * 11
+    assert bc.bytes == 4 * (3 * 9 * 11 + 11 * 10 + 10 + 3 * 9 * 10)
+    out32 = matmul_cost(SPEC.case("out_fp32_11x12x13"), torch.float16)
+    assert out32.bytes == 2 * (11 * 13 + 13 * 12 + 12) + 4 * 11 * 12
+
+
+def test_gemm_waves_hand_computed():
+    w = gemm_waves(4096, 4096, 4096, 128, 128, 132)  # 32*32 = 1024 tiles on 132 SMs
+    assert (w.tiles, w.slots, w.waves) == (1024, 132, 8)
+    assert w.last_wave_occupancy == pytest.approx(100 / 132)  # 1024 - 7*132 = 100
+    assert w.wave_efficiency == pytest.approx(1024 / 1056)
+    w = gemm_waves(1000, 300, 7, 128, 128, 10, ctas_per_sm=2)  # 8*3 = 24 tiles, 20 slots
+    assert (w.tiles, w.waves) == (24, 2) and w.last_wave_occupancy == pytest.approx(0.2)
+    assert w.wave_efficiency == pytest.approx(24 / 40)
+    w = gemm_waves(256, 256, 1, 128, 128, 4)  # exactly one full wave
+    assert (w.tiles, w.waves, w.last_wave_occupancy, w.wave_efficiency) == (4, 1, 1.0, 1.0)
+    assert gemm_waves(0, 256, 64, 128, 128, 4).waves == 0
+    with pytest.raises(ValueError):
+        gemm_waves(1, 1, 1, 0, 128, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_linear_autograd_matches_torch(dtype, activation, device):
+    x = _t((2, 5, 19), device, dtype).requires_grad_()
+    w = (0.3 * _t((13, 19), device, dtype, seed=1)).requires_grad_()
+    b = _t((13,), device, dtype, seed=2).requires_grad_()
+    dy = _t((2, 5, 13), device, dtype, seed=3)
+    y = linear(x, w, b, activation)
+    grads = torch.autograd.grad(y, (x, w, b), dy)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    y64 = mm._activation_torch(F.linear(x64, w64, b64), activation)
+    grads64 = torch.autograd.grad(y64, (x64, w64, b64), dy.double())
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    assert y.dtype == dtype and y.shape == (2, 5, 13)
+    torch.testing.assert_close(y.double(), y64, **tol)
+    for g, g64 in zip(grads, grads64):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.double(), g64, **tol)
+
+
+def test_linear_no_bias_and_transposed_input(device):
+    x = _t((19, 7), device).t().requires_grad_()  # (7, 19) transposed view
+    w = _t((5, 19), device, seed=1).requires_grad_()
+    y = linear(x, w)
+    torch.testing.assert_close(y, F.linear(x, w), rtol=1e-5, atol=1e-5)
+    gx, gw = torch.autograd.grad(y.sum(), (x, w))
+    rx, rw = torch.autograd.grad(F.linear(x, w).sum(), (x, w))
+    torch.testing.assert_close(gx, rx, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, rw, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_1d_input_like_torch(device):
+    x, w = _t((9,), device), _t((4, 9), device, seed=1)
+    y = linear(x, w)
+    assert y.shape == (4,)
+    torch.testing.assert_close(y, F.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_torch_compile_fullgraph_backward(device):
+    torch._dynamo.reset()
+
+    def f(x, w, b):
+        return linear(x, w, b, "silu").sum()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x = _t((6, 9), device).requires_grad_()
+    w = _t((4, 9), device, seed=1).requires_grad_()
+    b = _t((4,), device, seed=2).requires_grad_()
+    out = cf(x, w, b)
+    grads = torch.autograd.grad(out, (x, w, b))
+    ref = torch.autograd.grad(F.silu(F.linear(x, w, b)).sum(), (x, w, b))
+    torch.testing.assert_close(out, F.silu(F.linear(x, w, b)).sum(), rtol=1e-5, atol=1e-5)
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    cf = torch.compile(lambda a, b, bias: matmul(a, b, bias=bias, activation="relu", alpha=2.0), fullgraph=True,
+                       backend="aot_eager")
+    a, b, bias = _t((2, 5, 6), device), _t((6, 3), device, seed=1), _t((3,), device, seed=2)
+    torch.testing.assert_close(cf(a, b, bias), torch.relu(2.0 * (a @ b) + bias), rtol=1e-5, atol=1e-5)
+
+
+def _bad_cases():
+    f32 = lambda d, *s: torch.ones(*s, device=d)  # noqa: E731
+    return [
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 5, 2)), ValueError, ["roofkit.matmul", "inner", "K=4"]),
+        (lambda d: matmul(f32(d, 2, 3, 4), f32(d, 3, 4, 2)), ValueError, ["roofkit.matmul", "batch"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2).half()), TypeError, ["roofkit.matmul", "other", "mixed"]),
+        (lambda d: matmul(f32(d, 3, 4).double(), f32(d, 4, 2).double()), TypeError, ["roofkit.matmul", "input", "float64"]),
+        (lambda d: matmul(f32(d, 3, 4).int(), f32(d, 4, 2)), TypeError, ["roofkit.matmul", "input"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2), bias=f32(d, 3)), ValueError, ["roofkit.matmul", "bias", "(2,)"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2), bias=f32(d, 2).half()), TypeError, ["roofkit.matmul", "bias"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2), activation="tanh"), ValueError, ["roofkit.matmul", "activation", "tanh"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2), activation=1), TypeError, ["roofkit.matmul", "activation"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2), alpha="2"), TypeError, ["roofkit.matmul", "alpha"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2), c=f32(d, 3, 3), beta=1.0), ValueError, ["roofkit.matmul", "c"]),
+        (lambda d: matmul(f32(d, 3, 4), f32(d, 4, 2), out_dtype=torch.int32), TypeError, ["roofkit.matmul", "out_dtype"]),
+        (lambda d: matmul(f32(d, 4), f32(d, 4, 2)), ValueError, ["roofkit.matmul", "input", "dimensions"]),
+        (lambda d: matmul([[1.0]], f32(d, 1, 2)), TypeError, ["roofkit.matmul", "input", "torch.Tensor"]),
+        (lambda d: linear(f32(d, 3, 4), f32(d, 2, 5)), ValueError, ["roofkit.linear", "weight", "(N, 4)"]),
+        (lambda d: linear(f32(d, 3, 4), f32(d, 2, 4), bias=f32(d, 3)), ValueError, ["roofkit.linear", "bias"]),
+        (lambda d: linear(f32(d, 3, 4), f32(d, 2, 4).half()), TypeError, ["roofkit.linear", "weight"]),
+        (lambda d: linear(f32(d, 3, 4), f32(d, 2, 4), activation="gelu_erf"), ValueError, ["roofkit.linear", "activation"]),
+        (lambda d: linear(torch.tensor(1.0, device=d), f32(d, 2, 1)), ValueError, ["roofkit.linear", "input"]),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_bad_cases())))
+def test_bad_input_raises_naming_op_and_argument(i, device):
+    call, exc, words = _bad_cases()[i]
+    with pytest.raises(exc) as info:
+        call(device)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
