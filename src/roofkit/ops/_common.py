@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import os
 
 import torch
@@ -43,6 +44,21 @@ def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES) -> None:
 def check_same_device(op: str, name: str, t: torch.Tensor, ref: torch.Tensor) -> None:
     if t.device != ref.device:
         raise ValueError(f"roofkit.{op}: {name} is on {t.device} but input is on {ref.device}")
+
+
+def normalize_dim(op: str, dim, ndim: int) -> int:
+    """``dim`` as a non-negative int for a ``ndim``-d tensor (a 0-d tensor takes -1 and 0), or a
+    TypeError / IndexError naming ``op``, as torch accepts it (any integer-like but bool)."""
+    if isinstance(dim, bool):
+        raise TypeError(f"roofkit.{op}: dim must be an int, got bool")
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"roofkit.{op}: dim must be an int, got {type(dim).__name__}") from None
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"roofkit.{op}: dim {dim} out of range for a {ndim}-d input (expected [{-n}, {n - 1}])")
+    return dim % n
 
 
 def row_view(t: torch.Tensor, dim: int) -> torch.Tensor | None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from typing import NamedTuple
 
 import torch
@@ -46,7 +45,8 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64, next_pow2
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64,
+                      next_pow2, normalize_dim)
 from ._jit import _round_for_store
 
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -624,19 +624,6 @@ torch.library.register_autograd("roofkit::scatter_add", _backward, setup_context
 # ----------------------------------------------------------------------------- public functions
 
 
-def _check_dim(op: str, dim, ndim: int) -> int:
-    if isinstance(dim, bool):
-        raise TypeError(f"roofkit.{op}: dim must be an int, got bool")
-    try:
-        dim = operator.index(dim)
-    except TypeError:
-        raise TypeError(f"roofkit.{op}: dim must be an int, got {type(dim).__name__}") from None
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"roofkit.{op}: dim {dim} out of range for a {ndim}-d input (expected [{-n}, {n - 1}])")
-    return dim % n
-
-
 def _check_common(op: str, input, index, src, src_name: str) -> None:
     check_tensor(op, "input", input)
     check_tensor(op, "index", index, dtypes=INDEX_DTYPES)
@@ -705,7 +692,7 @@ def scatter_add(
     """
     op = "scatter_add"
     _check_common(op, input, index, src, "src")
-    d = _check_dim(op, dim, input.dim())
+    d = normalize_dim(op, dim, input.dim())
     if not (index.dim() == src.dim() == input.dim()):
         raise ValueError(
             f"roofkit.{op}: index and src must have input's number of dimensions ({input.dim()}); "
@@ -763,7 +750,7 @@ def index_add(
     """
     op = "index_add"
     _check_common(op, input, index, source, "source")
-    d = _check_dim(op, dim, input.dim())
+    d = normalize_dim(op, dim, input.dim())
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise TypeError(f"roofkit.{op}: alpha must be a real number, got {type(alpha).__name__}")
     if math.isfinite(alpha) and abs(alpha) > torch.finfo(torch.float32).max:

@@ -21,7 +21,6 @@ tutorial 02 (fused softmax).
 from __future__ import annotations
 
 import math
-import operator
 import os
 from typing import NamedTuple
 
@@ -34,7 +33,7 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, interpreter_active, needs_int64, next_pow2, row_view, rows_of, sm_count
+from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, interpreter_active, needs_int64, next_pow2, normalize_dim, row_view, rows_of, sm_count
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -487,18 +486,10 @@ def _prepare(op: str, input, dim, dtype):
         if isinstance(input, torch.Tensor) and input.layout == torch.strided:
             input = input.to(dtype)  # as torch: the input is cast before the operation
     check_tensor(op, "input", input)
-    if isinstance(dim, bool):
-        raise TypeError(f"roofkit.{op}: dim must be an int, got bool")
-    try:
-        dim = operator.index(dim)
-    except TypeError:
-        raise TypeError(f"roofkit.{op}: dim must be an int, got {type(dim).__name__}") from None
-    ndim = max(input.dim(), 1)
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"roofkit.{op}: dim {dim} out of range for a {input.dim()}-d input (expected [{-ndim}, {ndim - 1}])")
+    dim = normalize_dim(op, dim, input.dim())
     if input.dim() == 0:
         return input.reshape(1), 0, True
-    return input, dim % input.dim(), False
+    return input, dim, False
 
 
 def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
