@@ -19,6 +19,9 @@ mm = importlib.import_module("roofkit.ops.matmul")
 
 CPU_CASES = [c.name for c in SPEC.cases if "gpu" not in c.tags]
 SMALL_TILES = Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
+TMA_SMALL = Config(16, 16, 16, 2, 4, 2, kind="tma")
+TMA_PERSISTENT = Config(16, 16, 16, 2, 4, 2, kind="tma", persistent=True)  # grid = CPU count (2) < tiles
+SPLIT_K = Config(16, 16, 16, 2, 4, 2, kind="ptr", split_k=3)
 
 
 def _t(shape, device, dtype=torch.float32, seed=0):
@@ -42,7 +45,7 @@ def test_matmul_multi_tile_grouped_order_and_k_loop(monkeypatch, device):
 
 
 def test_matmul_batches_beyond_grid_limit_launch_in_chunks(monkeypatch, device):
-    monkeypatch.setattr(mm, "MAX_GRID_Y", 1)
+    monkeypatch.setattr(mm._gemm, "MAX_GRID_Y", 1)
     cases = ["batched_3x9x10x11", "broadcast_a2d_9x10x11", "broadcast_b2d_shared_c_9x10x11",
              "c_transposed_batched_2x13x14x15"]
     report = verify_op(SPEC, cases=cases, seeds=1, device=device)
@@ -83,9 +86,9 @@ def test_matmul_tf32_flag_selects_input_precision():
     old = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
-        assert mm._input_precision(torch.float32) == "ieee"
+        assert mm._gemm.input_precision(torch.float32) == "ieee"
         torch.backends.cuda.matmul.allow_tf32 = True
-        assert mm._input_precision(torch.float32) == "tf32"
+        assert mm._gemm.input_precision(torch.float32) == "tf32"
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
 
@@ -105,7 +108,8 @@ def test_matmul_k0_matches_addmm(device):
 
 
 def test_matmul_empty_inputs_no_launch(forbid_launch, device):
-    forbid_launch(mm, "_matmul_kernel")
+    for name in ("_matmul_kernel", "_matmul_tma_kernel", "_splitk_combine_kernel"):
+        forbid_launch(mm._gemm, name)
     for sa, sb, want in [((0, 5), (5, 3), (0, 3)), ((4, 5), (5, 0), (4, 0)), ((0, 4, 5), (5, 3), (0, 4, 3)),
                          ((1, 4, 5), (0, 5, 3), (0, 4, 3))]:
         y = matmul(torch.empty(sa, device=device), torch.empty(sb, device=device))
@@ -239,3 +243,83 @@ def test_bad_input_raises_naming_op_and_argument(i, device):
         call(device)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+@pytest.mark.parametrize("cfg", [TMA_SMALL, TMA_PERSISTENT, SPLIT_K, SMALL_TILES], ids=lambda c: c.label())
+def test_matmul_each_launch_form_matches_float64_reference(monkeypatch, device, cfg):
+    # Multi-tile grids for each form: descriptor loads (plain and persistent, where each program
+    # walks several tiles), split-K (3 K chunks + the ordered combine) and pointer loads.
+    monkeypatch.setattr(mm, "_launch_config", lambda *a: cfg)
+    cases = ["small_odd_33x17x29", "transposed_a_19x23x37", "transposed_b_19x23x37", "strided_both_12x10x9",
+             "gelu_bias_17x18x19", "alpha_beta_c_13x14x15", "c_row_broadcast_13x14x15", "broadcast_b2d_folded_c_9x10x11",
+             "out_fp32_11x12x13", "m1_1x20x19", "n1_21x1x18"]
+    report = verify_op(SPEC, cases=cases, seeds=2, device=device)
+    assert report.passed, report.summary()
+
+
+def test_matmul_misaligned_strides_are_copied_for_descriptors(device):
+    # K = 13 fp16: a row stride of 26 bytes cannot be described by a tensor descriptor.
+    a = _t((20, 13), device, torch.float16)
+    assert mm._gemm._aligned(a).stride(0) == 16 and mm._gemm._aligned(a).data_ptr() != a.data_ptr()
+    aligned = _t((20, 16), device, torch.float16)
+    assert mm._gemm._aligned(aligned).data_ptr() == aligned.data_ptr()
+    assert mm._gemm._aligned(aligned.t()).data_ptr() == aligned.data_ptr()  # column-major, described as its transpose
+
+
+def test_split_k_heuristic_only_for_few_tiles_and_long_k():
+    dev = torch.device("cpu")
+    sms = mm.sm_count(dev)
+    cfg = mm._split_k_config(1, 1024, 16384, torch.bfloat16, 132)
+    assert cfg is not None and cfg.split_k > 1 and cfg.BLOCK_M == 16
+    assert cfg.split_k * 16 <= 2 * 132  # tiles * split <= 2 programs per SM
+    assert mm._split_k_config(1, 4096, 4096, torch.bfloat16, 132) is None  # measured slower
+    assert mm._split_k_config(8192, 8192, 8192, torch.bfloat16, 132) is None  # plenty of tiles
+    assert mm._split_k_config(1, 4096, 512, torch.bfloat16, 132) is None  # short K
+    assert mm._launch_config(4096, 4096, 4096, torch.bfloat16, dev, True).kind == "tma"
+    assert mm._launch_config(4096, 4096, 4096, torch.bfloat16, dev, False).kind == "ptr"
+    assert sms >= 1
+
+
+def test_split_k_is_bitwise_deterministic(monkeypatch, device):
+    monkeypatch.setattr(mm, "_launch_config", lambda *a: SPLIT_K)
+    a, b = _t((9, 70), device), _t((70, 11), device, seed=1)
+    y1, y2 = matmul(a, b), matmul(a, b)
+    assert torch.equal(y1, y2)
+    torch.testing.assert_close(y1, (a.double() @ b.double()).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_autotune_key_buckets_nearby_shapes(device):
+    a1, b1 = _t((1000, 700), device), _t((700, 900), device)
+    a2, b2 = _t((1020, 600), device), _t((600, 1000), device)
+    assert mm._tune_key(a1, b1, None, torch.float32) == mm._tune_key(a2, b2, None, torch.float32)
+    assert mm._tune_key(a1, b1, None, torch.float32) != mm._tune_key(a1.t().contiguous().t(), b1, None, torch.float32)
+    assert mm._tune_key(_t((1100, 700), device), b1, None, torch.float32) != mm._tune_key(a1, b1, None, torch.float32)
+
+
+@pytest.mark.gpu
+def test_autotuned_choice_is_verified_and_cached_gpu(monkeypatch, tmp_path, device):
+    # The autotuner on a real device: every candidate checked against torch, the winner cached.
+    monkeypatch.setenv("ROOFKIT_AUTOTUNE", "1")
+    monkeypatch.setenv("ROOFKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(mm, "_TUNER", mm.Tuner("matmul", mm.Config.as_dict, lambda d: mm.Config(**d), mm._TUNER.tol))
+    a, b = _t((1000, 700), device, torch.bfloat16), _t((700, 900), device, torch.bfloat16, seed=1)
+    y = matmul(a, b)
+    entry = next(iter(mm._TUNER.log.values()))
+    assert entry["verified"] and sum(r["status"] == "ok" for r in entry["candidates"]) >= 2
+    assert list((tmp_path / "autotune").glob("matmul-*.json"))
+    torch.testing.assert_close(y.float(), (a.double() @ b.double()).float(), rtol=2e-2, atol=2e-1)
+
+
+def test_gelu_epilogue_matches_float64_across_the_range(device):
+    # out = gelu(x @ 1): the epilogue's Phi against float64, relative, including the far negative
+    # tail (no 1 - erf cancellation) and the saturated positive side.
+    x = torch.cat([torch.linspace(-12, 12, 4001), torch.tensor([0.0, -1e-30, 1e-30, 40.0, -40.0])])
+    a = x.to(device=device, dtype=torch.float32)[:, None]
+    one = torch.ones((1, 1), device=device)
+    y = matmul(a, one, activation="gelu").double().cpu()[:, 0]
+    want = x.double() * 0.5 * torch.special.erfc(-x.double() / 2**0.5)  # F.gelu cancels (1 + erf) in the tail
+    rel = (y - want).abs() / want.abs().clamp_min(1e-300)
+    tiny = want.abs() < 1e-36  # below fp32's normal range
+    # fp32 rounding of the exponent -x^2/2 costs ~x^2 * 6e-8 relative in the far tail; near 0, ~3 ulp.
+    bound = 6e-7 * (1 + x.double() ** 2)  # (GPU exp2 is approximate: ~2 ulp)
+    assert (rel <= bound)[~tiny].all(), (rel / bound)[~tiny].max()

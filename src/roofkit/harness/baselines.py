@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Callable
 
 
-def compiled(fn: Callable) -> Callable[[], Callable]:
-    """``torch.compile(fn)`` with static shapes, built once per bench case."""
+def compiled(fn: Callable, mode: str | None = None) -> Callable[[], Callable]:
+    """``torch.compile(fn, mode=mode)`` with static shapes, built once per bench case."""
 
     def factory():
         import torch
 
-        return torch.compile(fn, dynamic=False)
+        return torch.compile(fn, dynamic=False, mode=mode)
 
     return factory
 

@@ -155,6 +155,11 @@ def bench_case(
             implausible=p.implausible, verified=ok, err_l2=err, budget_l2=budget, verify_detail=detail,
             flops=cost.flops, bytes=cost.bytes, method=t.method, **base,
         )
+    if spec.describe is not None and ROOFKIT in records and records[ROOFKIT].status == "ok":
+        try:
+            records[ROOFKIT].notes = spec.describe(case, dtype, device)
+        except Exception as exc:  # a description must never cost the measurement
+            records[ROOFKIT].notes = f"describe failed: {type(exc).__name__}"
     torch_ms = records[TORCH].median_ms if TORCH in records and records[TORCH].status == "ok" else None
     for r in records.values():
         if torch_ms and r.median_ms:

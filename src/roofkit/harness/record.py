@@ -14,7 +14,7 @@ FIELDS = (
     "median_ms", "p20_ms", "p80_ms", "reps", "wall_us",
     "gbps", "tflops", "intensity", "bound", "roof_pct", "implausible",
     "verified", "err_l2", "budget_l2", "verify_detail", "speedup_vs_torch",
-    "flops", "bytes", "l2", "graph", "method",
+    "flops", "bytes", "l2", "graph", "method", "notes",
 )
 
 
@@ -52,6 +52,7 @@ class Record:
     l2: str = "cold"
     graph: bool = False
     method: str = ""
+    notes: str = ""
 
     def key(self) -> tuple:
         return (self.op, self.case, self.dtype, self.mode, self.provider)

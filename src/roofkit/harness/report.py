@@ -20,13 +20,17 @@ def _fmt(v, spec: str = ".3g") -> str:
 def results_table(records: list[Record], title: str = "roofkit bench") -> Table:
     """One row per record: time, GB/s, TFLOP/s, % of the measured roof, verification, speedup."""
     t = Table(title=title, show_lines=False)
+    notes = any(r.notes for r in records)
     for col, just in [("op", "left"), ("case", "left"), ("dtype", "left"), ("provider", "left"),
                       ("median ms", "right"), ("p20-p80 ms", "right"), ("wall us/call", "right"), ("GB/s", "right"), ("TFLOP/s", "right"),
                       ("% roof", "right"), ("bound", "left"), ("verified", "left"), ("vs torch", "right")]:
         t.add_column(col, justify=just)
+    if notes:
+        t.add_column("notes", justify="left")
     for r in records:
+        extra = [r.notes or ""] if notes else []
         if r.status != "ok":
-            t.add_row(r.op, r.case, r.dtype, r.provider, *["-"] * 7, r.status, "-", style="dim")
+            t.add_row(r.op, r.case, r.dtype, r.provider, *["-"] * 7, r.status, "-", *extra, style="dim")
             continue
         verified = {True: "yes", False: "[red]NO[/red]", None: "-"}[r.verified]
         pct = _fmt(r.roof_pct, ".1f") + (" [red]implausible[/red]" if r.implausible else "")
@@ -34,7 +38,7 @@ def results_table(records: list[Record], title: str = "roofkit bench") -> Table:
             r.op, r.case, r.dtype, r.provider,
             _fmt(r.median_ms, ".4f"), f"{_fmt(r.p20_ms, '.4f')}-{_fmt(r.p80_ms, '.4f')}", _fmt(r.wall_us, ".0f"),
             _fmt(r.gbps, ".0f"), _fmt(r.tflops, ".2f"), pct, r.bound or "-", verified,
-            _fmt(r.speedup_vs_torch, ".2f") + "x" if r.speedup_vs_torch else "-",
+            _fmt(r.speedup_vs_torch, ".2f") + "x" if r.speedup_vs_torch else "-", *extra,
         )
     return t
 

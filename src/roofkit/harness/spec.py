@@ -126,6 +126,9 @@ class OpSpec:
         deterministic: repeat calls must be bitwise identical.
         matrix: runs on matrix units (its compute roof is the dtype's matrix rate, else fp32's).
         marker: pytest marker of the op's tests.
+        describe: optional ``(case, dtype, device) -> str`` called by ``roofkit bench`` after
+            roofkit's run of a case (e.g. the launch configuration chosen and its waves); shown
+            in the table's notes column and stored with the record.
     """
 
     name: str
@@ -145,6 +148,7 @@ class OpSpec:
     deterministic: bool = True
     matrix: bool = False
     marker: str | None = None
+    describe: Callable[[Case, torch.dtype, torch.device], str] | None = None
 
     def case(self, name: str) -> Case:
         for c in self.cases:
