@@ -1,0 +1,275 @@
+"""scaled_dot_product_attention / flash_attention: the spec's CPU cases plus what they cannot say
+(tile-edge paths, split-KV, masked rows, lse gradient, determinism, errors, torch.compile)."""
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from roofkit.harness.spec import case
+from roofkit.harness.verify import verify_op
+
+A = importlib.import_module("roofkit.ops.attention")
+from roofkit.ops.attention import (  # noqa: E402
+    FLASH_ATTENTION_SPEC,
+    SDPA_SPEC,
+    Config,
+    attention_cost,
+    flash_attention,
+    scaled_dot_product_attention,
+)
+
+pytestmark = pytest.mark.attention
+
+KERNELS = ("_attn_fwd_kernel", "_attn_decode_kernel", "_attn_decode_combine_kernel", "_attn_bwd_preprocess_kernel",
+           "_attn_bwd_dkdv_kernel", "_attn_bwd_dq_kernel")
+
+
+def _cpu(spec):
+    return [c.name for c in spec.cases if "gpu" not in c.tags]
+
+
+def _qkv(b, hq, hkv, sq, sk, d, device, dtype=torch.float32, seed=0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    ts = [torch.randn(shape, generator=g).to(device=device, dtype=dtype) for shape in
+          ((b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+    return [t.requires_grad_(grad) for t in ts]
+
+
+def _ref(q, k, v, causal, scale=None):
+    qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    out, lse = A._attention_reference(qd, kd, vd, causal, scale, True)
+    return (qd, kd, vd), out, lse
+
+
+def test_sdpa_cpu_cases_match_float64_reference(device):
+    report = verify_op(SDPA_SPEC, cases=_cpu(SDPA_SPEC), seeds=2, device=device)
+    assert report.passed, report.summary()
+    assert len(report.rows) >= 2 * len(_cpu(SDPA_SPEC))
+
+
+def test_flash_attention_cpu_cases_with_lse_match_float64_reference(device):
+    report = verify_op(FLASH_ATTENTION_SPEC, cases=_cpu(FLASH_ATTENTION_SPEC), seeds=2, device=device)
+    assert report.passed, report.summary()
+
+
+@pytest.mark.parametrize("fwd,bwd", [((32, 16), (16, 32)), ((16, 32), (32, 16))])
+def test_attention_rectangular_tiles_causal_edges(monkeypatch, device, fwd, bwd):
+    # BLOCK_M != BLOCK_N moves the causal diagonal across tile corners differently in the forward,
+    # the dK/dV (masked query blocks, then unmasked) and the dQ kernels.
+    monkeypatch.setattr(A, "_fwd_config", lambda *a: Config(*fwd, 4, 1))
+    monkeypatch.setattr(A, "_bwd_config", lambda *a: (Config(*bwd, 4, 1), Config(*fwd, 4, 1)))
+    cases = ["sq40_sk17_causal", "sq17_sk40_causal", "gqa_4_over_2_causal"]
+    report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=(torch.float16,), device=device)
+    assert report.passed, report.summary()
+    report = verify_op(FLASH_ATTENTION_SPEC, cases=["deterministic_backward_repeat"], seeds=1, device=device,
+                       dtypes=(torch.float32,))
+    assert report.passed, report.summary()
+
+
+def test_attention_split_kv_decoding_path(monkeypatch, device):
+    # Force the decoding kernels onto short sequences: several chunks per (batch, kv head),
+    # ragged last chunk, rows of several query heads and queries in one tile, causal rows.
+    monkeypatch.setattr(A, "DECODE_MIN_SK", 0)
+    monkeypatch.setattr(A, "DECODE_MIN_BLOCKS", 1)
+    monkeypatch.setattr(A, "DECODE_PROGRAMS_PER_SM", 64)
+    assert A._use_decode(2, 5, 2) and not A._use_decode(2, 33, 40)
+    splits, chunk = A._decode_splits(2, 40, 16, device)
+    assert splits == 3 and chunk == 16
+    cases = ["causal_5q_2k_rows_0_to_2_zero", "sq1_sk37", "sq17_sk40_causal", "mqa_4_over_1", "empty_sk0_gives_zeros"]
+    report = verify_op(SDPA_SPEC, cases=cases, seeds=1, device=device)
+    assert report.passed, report.summary()
+    report = verify_op(FLASH_ATTENTION_SPEC, cases=["lse_causal_5q_2k", "lse_gqa_causal_sq24_sk40"], seeds=1,
+                       device=device)
+    assert report.passed, report.summary()
+
+
+def test_decode_splits_heuristic_fills_the_device():
+    cuda_like = torch.device("cpu")
+    sms = A.sm_count(cuda_like)
+    splits, chunk = A._decode_splits(1 * 32, 131072, 64, cuda_like)
+    assert splits * 32 >= min(A.DECODE_PROGRAMS_PER_SM * sms, 32 * (131072 // 64 // A.DECODE_MIN_BLOCKS))
+    assert chunk % 64 == 0 and splits * chunk >= 131072 and (splits - 1) * chunk < 131072
+    assert A._decode_splits(4096, 8192, 64, cuda_like)[0] == 1  # plenty of (batch, head) pairs
+    assert A._decode_splits(1, 100, 64, cuda_like) == (1, 128)  # too short to split
+
+
+def test_attention_row_without_visible_key_is_zero_with_lse_minus_inf(device):
+    # 5 queries, 2 keys, causal bottom-right: query i sees key j iff j <= i - 3.
+    q, k, v = _qkv(1, 2, 2, 5, 2, 32, device, grad=True)
+    out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    assert (out[:, :, :3] == 0).all() and (lse[:, :, :3] == -math.inf).all()
+    assert torch.isfinite(out).all() and torch.isfinite(lse[:, :, 3:]).all()
+    # Row 3 sees key 0 only: its output is v[0] (softmax of one element is 1).
+    torch.testing.assert_close(out[:, :, 3], v[:, :, 0].detach(), rtol=1e-6, atol=1e-6)
+    (out.square().sum() + lse[:, :, 3:].sum()).backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+    assert (q.grad[:, :, :3] == 0).all()
+
+
+def test_attention_single_key_gradients(device):
+    # Sk = 1: out = v, and dq, dk vanish mathematically (the spec's sk1 case checks the forward).
+    q, k, v = _qkv(1, 2, 2, 6, 1, 32, device, grad=True)
+    out = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, v.detach().expand_as(out), rtol=0, atol=0)
+    dy = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dy)
+    assert dq.abs().max() < 1e-5 and dk.abs().max() < 1e-5
+    torch.testing.assert_close(dv, dy.sum(dim=2, keepdim=True), rtol=1e-5, atol=1e-5)
+
+
+def test_flash_attention_lse_gradient_flows(device):
+    # A loss on lse alone and on (out, lse) together: gradients against the float64 reference.
+    q, k, v = _qkv(1, 4, 2, 19, 23, 32, device, grad=True, seed=3)
+    out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    w = torch.randn_like(out)
+    (lse.sum() * 0.7 + (out * w).sum()).backward()
+    (qd, kd, vd), ro, rl = _ref(q, k, v, True)
+    (rl.sum() * 0.7 + (ro * w.double()).sum()).backward()
+    for got, ref in ((q.grad, qd.grad), (k.grad, kd.grad), (v.grad, vd.grad)):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_flash_attention_atomic_dq_path_matches_reference(monkeypatch, device):
+    monkeypatch.setattr(A, "ATOMIC_DQ", True)
+    cases = ["gqa_4_over_2_causal", "sq40_sk17_causal"]
+    report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=(torch.float16,), device=device)
+    assert report.passed, report.summary()
+
+
+def test_flash_attention_deterministic_backward_is_bitwise_and_matches_atomic_path(monkeypatch, device):
+    monkeypatch.setattr(A, "ATOMIC_DQ", True)
+    q, k, v = _qkv(1, 4, 2, 37, 29, 32, device, dtype=torch.float16, grad=True, seed=5)
+    dy = torch.randn(1, 4, 37, 32, device=device).half()
+    grads = []
+    for det in (True, True, False):
+        out = flash_attention(q, k, v, causal=True, deterministic=det)
+        grads.append(torch.autograd.grad(out, (q, k, v), dy))
+    for a, b in zip(grads[0], grads[1]):
+        assert torch.equal(a, b)
+    for a, b in zip(grads[0], grads[2]):
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
+
+
+def test_gqa_equals_repeated_heads(device):
+    # GQA reads kv head h // G: the forward equals MHA on repeated K/V bit for bit, and dK/dV are
+    # the group sums of the repeated heads' gradients.
+    q, k, v = _qkv(2, 6, 2, 21, 18, 32, device, grad=True, seed=7)
+    kr, vr = (t.detach().repeat_interleave(3, dim=1).requires_grad_(True) for t in (k, v))
+    out = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    out_r = scaled_dot_product_attention(q, kr, vr, is_causal=True)
+    assert torch.equal(out, out_r)
+    dy = torch.randn_like(out)
+    dk, dv = torch.autograd.grad(out, (k, v), dy)
+    dkr, dvr = torch.autograd.grad(out_r, (kr, vr), dy)
+    torch.testing.assert_close(dk, dkr.view(2, 2, 3, 18, 32).sum(2), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dv, dvr.view(2, 2, 3, 18, 32).sum(2), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_empty_inputs_launch_nothing(forbid_launch, device):
+    for name in KERNELS:
+        forbid_launch(A, name)
+    for b, hq, sq, sk in [(0, 2, 4, 4), (1, 2, 0, 4), (1, 2, 4, 0), (1, 0, 4, 4)]:
+        q, k, v = _qkv(b, hq, hq, sq, sk, 32, device, grad=True)
+        out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+        assert out.shape == (b, hq, sq, 32) and lse.shape == (b, hq, sq)
+        assert (out == 0).all() and (lse == -math.inf).all()  # Sk = 0: no visible key
+        out.sum().backward()
+        assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+        assert (q.grad == 0).all() and (k.grad == 0).all() and (v.grad == 0).all()
+
+
+def test_attention_torch_compile_fullgraph(device):
+    def f(q, k, v):
+        out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+        return out.square().sum() + lse.sum()
+
+    q, k, v = _qkv(1, 2, 1, 9, 12, 32, device, grad=True, seed=11)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    loss = compiled(q, k, v)
+    loss.backward()
+    (qd, kd, vd), ro, rl = _ref(q, k, v, True)
+    (ro.square().sum() + rl.sum()).backward()
+    torch.testing.assert_close(loss.double(), (ro.square().sum() + rl.sum()).detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(q.grad.double(), qd.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(k.grad.double(), kd.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_cost_hand_computed():
+    # b2 h4 (kv 2) sq 3 sk 5 d 8 fp16, causal bottom-right: rows see 3, 4, 5 keys = 12 pairs.
+    c = attention_cost(case("x", shape=(2, 4, 3, 5, 8), hkv=2, causal=True), torch.float16)
+    assert c.flops == 4 * 2 * 4 * 12 * 8
+    q_bytes, kv_bytes = 2 * 4 * 3 * 8 * 2, 2 * 2 * 2 * 5 * 8 * 2
+    assert c.bytes == 2 * q_bytes + kv_bytes
+    # Sq == Sk causal: half the pairs (the FLOP convention); fwd_bwd 3.5x, + dO, dq, dk, dv.
+    c = attention_cost(case("y", shape=(1, 2, 4, 4, 16), causal=True, mode="fwd_bwd"), torch.bfloat16)
+    assert c.flops == 3.5 * 4 * 1 * 2 * 8 * 16
+    q_bytes, kv_bytes = 2 * 4 * 16 * 2, 2 * 2 * 4 * 16 * 2
+    assert c.bytes == 4 * q_bytes + 2 * kv_bytes
+    # return_lse adds the fp32 lse; Sq > Sk causal counts only visible pairs (rows 0, 1 see none).
+    c = attention_cost(case("z", shape=(1, 1, 4, 2, 16), causal=True, return_lse=True), torch.float32)
+    assert c.flops == 4 * (0 + 0 + 1 + 2) * 16
+    assert c.bytes == 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 4
+
+
+def test_attention_bf16_under_interpreter_upcasts(device):
+    # bf16 dots cannot run in the interpreter; the kernels upcast there (the GPU uses bf16 MMA).
+    q, k, v = _qkv(1, 2, 2, 17, 20, 32, device, dtype=torch.bfloat16, grad=True, seed=13)
+    out = scaled_dot_product_attention(q, k, v, is_causal=True)
+    (qd, kd, vd), ro, _ = _ref(q, k, v, True)
+    err = (out.double() - ro).norm() / ro.norm()
+    assert err < 1e-2
+    dy = torch.randn_like(out)
+    dq, = torch.autograd.grad(out, (q,), dy)
+    rdq, = torch.autograd.grad(ro, (qd,), dy.double())
+    assert (dq.double() - rdq).norm() / rdq.norm() < 2e-2
+
+
+@pytest.mark.parametrize(
+    "call,exc,words",
+    [
+        (lambda d: scaled_dot_product_attention(torch.ones(1, 2, 3, 8, device=d), torch.ones(1, 2, 3, 8, device=d),
+                                                torch.ones(1, 2, 3, 8, device=d), attn_mask=torch.ones(3, 3, device=d)),
+         NotImplementedError, ["attn_mask"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, dropout_p=0.1),
+         NotImplementedError, ["dropout_p"]),
+        (lambda d: scaled_dot_product_attention(torch.ones(2, 3, 8, device=d), torch.ones(2, 3, 8, device=d),
+                                                torch.ones(2, 3, 8, device=d)),
+         ValueError, ["roofkit.scaled_dot_product_attention", "query", "4-D"]),
+        (lambda d: scaled_dot_product_attention(torch.ones(1, 2, 3, 8, device=d), torch.ones(2, 2, 3, 8, device=d),
+                                                torch.ones(2, 2, 3, 8, device=d)),
+         ValueError, ["batch"]),
+        (lambda d: scaled_dot_product_attention(torch.ones(1, 2, 3, 8, device=d), torch.ones(1, 2, 3, 16, device=d),
+                                                torch.ones(1, 2, 3, 16, device=d)),
+         ValueError, ["head dims"]),
+        (lambda d: scaled_dot_product_attention(torch.ones(1, 2, 3, 8, device=d), torch.ones(1, 2, 4, 8, device=d),
+                                                torch.ones(1, 2, 5, 8, device=d)),
+         ValueError, ["key", "value", "sequence length"]),
+        (lambda d: scaled_dot_product_attention(torch.ones(1, 4, 3, 8, device=d), torch.ones(1, 2, 3, 8, device=d),
+                                                torch.ones(1, 2, 3, 8, device=d)),
+         ValueError, ["enable_gqa"]),
+        (lambda d: scaled_dot_product_attention(torch.ones(1, 6, 3, 8, device=d), torch.ones(1, 4, 3, 8, device=d),
+                                                torch.ones(1, 4, 3, 8, device=d), enable_gqa=True),
+         ValueError, ["6 heads", "do not divide"]),
+        (lambda d: flash_attention(torch.ones(1, 2, 3, 8, device=d), torch.ones(1, 2, 3, 8, device=d),
+                                   torch.ones(1, 3, 3, 8, device=d)),
+         ValueError, ["roofkit.flash_attention", "k has 2 heads but v has 3"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 512, device=d)] * 3),
+         ValueError, ["roofkit.flash_attention", "head_dim", "512"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d, dtype=torch.float64)] * 3),
+         TypeError, ["roofkit.flash_attention", "q", "float64"]),
+        (lambda d: flash_attention(torch.ones(1, 2, 3, 8, device=d), torch.ones(1, 2, 3, 8, device=d).half(),
+                                   torch.ones(1, 2, 3, 8, device=d)),
+         TypeError, ["roofkit.flash_attention", "k", "dtype"]),
+        (lambda d: flash_attention([1.0], [1.0], [1.0]), TypeError, ["roofkit.flash_attention", "q", "torch.Tensor"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, scale="big"),
+         TypeError, ["roofkit.flash_attention", "scale"]),
+    ],
+)
+def test_attention_bad_input_raises(call, exc, words, device):
+    with pytest.raises(exc) as info:
+        call(device)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
