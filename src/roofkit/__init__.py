@@ -3,7 +3,8 @@
 Public ops mirror torch / torch.nn.functional: softmax, log_softmax, rms_norm, layer_norm,
 cross_entropy, sum, mean, amax, transpose, embedding_bag, scatter_add, index_add, masked_select
 and compact (its (values, count) form without a host sync); matmul and linear (GEMMs with a
-fused epilogue); scaled_dot_product_attention and flash_attention (exact attention).
+fused epilogue); quantize, dequantize, int8_matmul and scaled_mm (fp8);
+scaled_dot_product_attention and flash_attention (exact attention).
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
 
 The ops are imported on first use, so a program (or the CLI) can set TRITON_INTERPRET=1 after
@@ -13,7 +14,7 @@ The ops are imported on first use, so a program (or the CLI) can set TRITON_INTE
 __version__ = "0.1.0"
 _OPS = ("softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "sum", "mean", "amax", "transpose", "embedding_bag", "scatter_add",
         "index_add", "masked_select", "compact", "matmul", "linear",
-        "scaled_dot_product_attention", "flash_attention")
+        "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention")
 __all__ = [*_OPS, "__version__"]
 
 

@@ -161,6 +161,9 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
+    if a.is_floating_point() and a.element_size() == 1:
+        # float8: torch has no == / signbit for it on every device; the bytes are the value.
+        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     if a.is_floating_point():
         # Equal values, or both NaN; signed zeros must match too (bit patterns).
         same = (a == b) | (torch.isnan(a) & torch.isnan(b))
