@@ -4,6 +4,8 @@ import importlib
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from roofkit.harness.spec import case
 from roofkit.harness.verify import select_cases, verify_op
@@ -13,7 +15,7 @@ compact_module = importlib.import_module("roofkit.ops.compact")
 
 pytestmark = pytest.mark.compact
 
-_KERNELS = ("_compact_count_kernel", "_compact_write_kernel", "_masked_expand_kernel")
+_KERNELS = ("_compact_kernel", "_masked_expand_kernel")
 
 
 def _gen(seed):
@@ -34,20 +36,66 @@ def test_masked_select_matches_float64_reference(name, device):
     assert report.rows and report.passed, report.summary()
 
 
+def _small_tiles(monkeypatch, chunk, chunks):
+    monkeypatch.setattr(compact_module, "CHUNK", chunk)
+    monkeypatch.setattr(compact_module, "CHUNKS", chunks)
+
+
 @pytest.mark.parametrize("pattern", ["random", "runs", "prefix"])
 @pytest.mark.parametrize("keep", [0.0, 0.05, 0.5, 0.95, 1.0])
-def test_compact_keeps_order_exactly_across_blocks(keep, pattern, monkeypatch, device):
-    # Blocks of 64 elements: 2000 elements make 32 blocks, so the cross-block prefix matters.
-    monkeypatch.setattr(compact_module, "BLOCK", 64)
-    x = torch.randn(2000, generator=_gen(1)).to(device)
-    m = _mask((2000,), keep, device, seed=2, pattern=pattern)
+def test_compact_keeps_order_exactly_across_tiles(keep, pattern, monkeypatch, device):
+    # Tiles of 2 chunks of 32: 2003 elements make 32 tiles (the last one partial, its last mask
+    # word half outside the tensor), so the look-back prefix and the in-tile chunk loop matter.
+    _small_tiles(monkeypatch, 32, 2)
+    x = torch.randn(2003, generator=_gen(1)).to(device)
+    m = _mask((2003,), keep, device, seed=2, pattern=pattern)
     want = torch.masked_select(x, m)
     values, count = compact(x, m)
     assert count.shape == () and count.dtype == torch.int64 and count.device == x.device
     assert int(count) == int(m.sum()) == want.numel()
-    assert values.shape == (2000,) and values.dtype == x.dtype
+    assert values.shape == (2003,) and values.dtype == x.dtype
     assert torch.equal(_bits(values[: int(count)]), _bits(want))
     assert torch.equal(_bits(masked_select(x, m)), _bits(want))
+
+
+def test_look_back_across_50_tiles_with_an_unaligned_mask(monkeypatch, device):
+    # 50 tiles of 16 elements, mask a view starting one byte into its storage (copied aligned).
+    _small_tiles(monkeypatch, 8, 2)
+    x = torch.randint(-1000, 1000, (797,), generator=_gen(20), dtype=torch.int32).to(device)
+    m = _mask((798,), 0.5, device, seed=21)[1:]
+    assert m.data_ptr() % 4 == 1 or device.type != "cpu"
+    values, count = compact(x, m)
+    assert triton.cdiv(797, 16) == 50 and int(count) == int(m.sum())
+    assert torch.equal(values[: int(count)], x[m])
+    g = torch.arange(int(count), dtype=torch.float32, device=device)
+    want = torch.zeros(797, device=device)
+    want[m] = g
+    assert torch.equal(compact_module._masked_expand(g, m), want)
+
+
+@triton.jit
+def _look_back_probe(state_ptr, out_ptr, tile, total, WINDOW: tl.constexpr):
+    tl.store(out_ptr, compact_module._look_back(state_ptr, tile, total.to(tl.int64), True, WINDOW))
+
+
+@pytest.mark.parametrize("inclusive_at", [None, 3, 40, 48])
+def test_look_back_walks_several_windows_back_to_the_newest_inclusive_word(inclusive_at, device):
+    # The interpreter runs programs in ticket order, so a real launch always finds its
+    # predecessor's inclusive word at once: here the look-back of tile 49 runs on a workspace
+    # whose predecessors published only their counts (aggregates), but for one inclusive word
+    # (or none: the walk then reaches tile 0's predecessors, read as "inclusive, 0").
+    counts = torch.randint(0, 1000, (50,), generator=_gen(22), dtype=torch.int64)
+    words = counts * 4 + 1
+    want = int(counts[:49].sum())
+    if inclusive_at is not None:
+        words[inclusive_at] = int(counts[: inclusive_at + 1].sum()) * 4 + 2
+    state = torch.cat([torch.tensor([50]), words]).to(device)
+    state[1 + 49] = 0  # tile 49 has not published yet
+    out = torch.full((1,), -1, dtype=torch.int64, device=device)
+    _look_back_probe[(1,)](state, out, 49, int(counts[49]), WINDOW=8)
+    assert int(out) == want
+    assert int(state[1 + 49]) == (want + int(counts[49])) * 4 + 2  # its inclusive prefix, published
+    assert torch.equal(state[1:50].cpu(), words[:49])  # predecessors untouched
 
 
 def test_compact_makes_no_host_synchronization(monkeypatch, device):
@@ -99,7 +147,7 @@ def test_masked_select_backward_with_broadcast_matches_torch(device):
 
 
 def test_compact_backward_reads_only_the_kept_slots(monkeypatch, device):
-    monkeypatch.setattr(compact_module, "BLOCK", 32)
+    _small_tiles(monkeypatch, 16, 2)
     x = torch.randn(5, 40, generator=_gen(10)).to(device).requires_grad_(True)
     m = _mask((5, 40), 0.3, device, seed=11)
     values, count = compact(x, m)
@@ -171,7 +219,7 @@ def test_compaction_compiles_fullgraph_with_backward(device):
 
 def test_int64_offset_code_path(monkeypatch, device):
     monkeypatch.setattr(compact_module, "needs_int64", lambda *extents: True)
-    monkeypatch.setattr(compact_module, "BLOCK", 64)
+    _small_tiles(monkeypatch, 32, 2)
     x = torch.randn(1000, generator=_gen(16)).to(device).requires_grad_(True)
     m = _mask((1000,), 0.4, device, seed=17, pattern="runs")
     out = masked_select(x, m)

@@ -3,18 +3,24 @@
     compact(x, m) -> (values, count):  values[:count] = x[m] (row-major order of the broadcast shape)
     masked_select(x, m) = x[m]  (torch.masked_select)
 
-Program mapping: the (broadcast) elements in row-major order, BLOCK per program, two passes and
-no atomics (so the order is the input's and the result deterministic):
-1. each program counts the kept elements of its block (one int32 per block);
-2. torch.cumsum over the per-block counts gives every block's end offset in the output;
-3. each program re-reads its mask block, ranks its kept elements with an exclusive in-block scan
-   (tl.cumsum) and stores them at offset + rank: one block's stores fill one contiguous range of
-   the output, in order. Only the kept input elements are loaded.
-The backward of masked_select runs the same passes and scatters grad back (zeros elsewhere).
-Values are moved as raw bits (an integer view of their width): NaN payloads and -0.0 survive.
-Source: two-pass stream compaction (Blelloch, "Prefix sums and their applications", 1990;
-Billeter, Olsson & Assarsson, "Efficient stream compaction on wide SIMD many-core
-architectures", HPG 2009).
+Program mapping: the (broadcast) elements in row-major order, one tile of CHUNK * CHUNKS
+elements per program, one launch, a single-pass scan with decoupled look-back:
+1. the program takes a ticket (atomic counter) as its tile index, so it only ever waits for tiles
+   whose programs already run;
+2. it counts its tile's kept elements (the mask read from DRAM once, as int32 words), publishes
+   the count in the tile's int64 word ((value << 2) | flag: one atomic, one load reads both), reads
+   its predecessors' words WINDOW at a time until an inclusive prefix, and publishes its own;
+3. it walks its tile CHUNK elements at a time (mask re-read from cache): exclusive in-chunk scan
+   (tl.cumsum), input loaded only where kept, kept elements stored at prefix + rank. Every access
+   of that loop is one element per thread, consecutive elements on consecutive lanes, so a warp's
+   kept elements go to consecutive addresses (whole sectors written).
+The order is the input's and the result deterministic (positions come from counts, not from the
+order atomics happen in). The backward of masked_select maps the same way and gathers grad back
+(zeros elsewhere). Values are moved as raw bits (an integer view of their width): NaN payloads
+and -0.0 survive.
+Source: decoupled look-back (Merrill & Garland, "Single-pass Parallel Prefix Scan with
+Decoupled Look-back", NVIDIA NVR-2016-002) applied to stream compaction (Billeter, Olsson &
+Assarsson, "Efficient stream compaction on wide SIMD many-core architectures", HPG 2009).
 """
 
 from __future__ import annotations
@@ -81,61 +87,124 @@ def masked_select_cost(case, dtype: torch.dtype) -> Cost:
 
 # ----------------------------------------------------------------------------- launch heuristic
 
-BLOCK = 4096  # elements per program in both passes: 16 per thread with 8 warps
-NUM_WARPS = 8
+CHUNK = 1024  # elements per step of a program's write loop: 8 per thread with 4 warps
+CHUNKS = 16  # steps per tile: a tile (one look-back) is CHUNK * CHUNKS = 16384 elements
+NUM_WARPS = 4
+WINDOW = 128  # predecessor words read at once by the look-back (raised to one per thread)
+SHRINK_BELOW = 0.25  # masked_select copies its result out when fewer than this share is kept
+
+# One int64 word per tile in the look-back workspace: (value << 2) | flag, written by one atomic,
+# so one load sees a consistent (flag, value) pair and no fence is needed. Flags: 0 = not yet
+# published, 1 = aggregate (value = the tile's own kept count), 2 = inclusive (value = kept count
+# of every tile up to and including this one).
 
 
 # ----------------------------------------------------------------------------- kernels
 
 
 @triton.jit
-def _block_start(USE_INT64: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    if USE_INT64:
-        pid = pid.to(tl.int64)
-    return pid * BLOCK + tl.arange(0, BLOCK)
+def _tile_count(mask_ptr, base, n, TILE: tl.constexpr):
+    """Kept elements of mask[base : base + TILE] (clipped to n), read as int32 words (4 flags
+    each, vectorized; mask_ptr 4-byte aligned, base a multiple of 4). Bytes of the last word past
+    n are cleared; each flag byte is 0 or 1, so a word's byte sum is its count. Tile [TILE / 4]."""
+    words = base // 4 + tl.arange(0, TILE // 4)
+    left = n - words * 4  # flags of this word inside the mask (>= 4: all of them)
+    w = tl.load(mask_ptr.to(tl.pointer_type(tl.int32)) + words, mask=left > 0, other=0)
+    w = tl.where(left >= 4, w, w & ((1 << (tl.minimum(tl.maximum(left, 0), 3) * 8)) - 1))
+    s = w + (w >> 16)  # bytes 0 + 2 and 1 + 3 (no carries: each sum <= 2)
+    return tl.sum((s + (s >> 8)) & 0xFF, axis=0)
 
 
 @triton.jit
-def _compact_count_kernel(mask_ptr, counts_ptr, n, USE_INT64: tl.constexpr, BLOCK: tl.constexpr):
-    """counts[b] = number of True mask elements in block b. Tile [BLOCK]."""
-    offs = _block_start(USE_INT64, BLOCK)
+def _ticket(state_ptr, USE_INT64: tl.constexpr):
+    """This program's tile: a ticket from the counter at state_ptr[0] (the order programs
+    *started* in), so every tile a program waits for belongs to a program already running."""
+    tile = tl.atomic_add(state_ptr, 1, sem="relaxed", scope="gpu")  # int64
+    if not USE_INT64:
+        tile = tile.to(tl.int32)
+    return tile
+
+
+@triton.jit
+def _look_back(state_ptr, tile, total, USE_INT64: tl.constexpr, WINDOW: tl.constexpr):
+    """The kept elements of all tiles before ``tile`` (decoupled look-back), given the tile's own
+    count ``total`` (int64). ``state_ptr`` (int64, zeroed): [0] the ticket counter, [1 + t] tile
+    t's word. Publish the count (tile 0: as its inclusive prefix); read the predecessors' words
+    WINDOW at a time, newest first, summing until an inclusive word (polling again while a word
+    after the newest inclusive one is still unpublished); publish the inclusive prefix. Tickets
+    make this deadlock-free without co-residency; under the interpreter (programs one after
+    another) the first read finds the predecessor's inclusive word. Tile [WINDOW]."""
+    words = state_ptr + 1
+    flag = tl.where(tile == 0, 2, 1).to(tl.int64)
+    tl.atomic_xchg(words + tile, total * 4 + flag, sem="relaxed", scope="gpu")
+    prefix = total * 0
+    top = tile - 1
+    lanes = tl.arange(0, WINDOW)
+    while top >= 0:
+        idx = top - (WINDOW - 1) + lanes
+        # Volatile: every poll reads L2. Words before tile 0 read as "inclusive, 0".
+        w = tl.load(words + idx, mask=idx >= 0, other=2, volatile=True)
+        f = w & 3
+        last = tl.max(tl.where(f == 2, lanes, -1), axis=0)  # newest inclusive word, -1 if none
+        unpublished = tl.sum(((lanes > last) & (f == 0)).to(tl.int32), axis=0)
+        if unpublished == 0:
+            prefix += tl.sum(tl.where(lanes >= last, w >> 2, 0), axis=0)
+            top = tl.where(last >= 0, -1, top - WINDOW)
+    if tile > 0:
+        tl.atomic_xchg(words + tile, (prefix + total) * 4 + 2, sem="relaxed", scope="gpu")
+    if not USE_INT64:
+        prefix = prefix.to(tl.int32)  # n < 2**31: every output position fits
+    return prefix
+
+
+@triton.jit
+def _chunk(mask_ptr, base, c, n, unit, CHUNK: tl.constexpr):
+    """Offsets, kept flags, exclusive in-chunk ranks and count of chunk c of the tile at base.
+    ``unit`` is 1 at run time, opaque to the compiler: it keeps every access of the loop one
+    element per thread with consecutive elements on consecutive lanes, so a warp's kept elements
+    land on consecutive output addresses (coalesced stores of whole sectors)."""
+    offs = base + c * CHUNK + tl.arange(0, CHUNK) * unit
     keep = tl.load(mask_ptr + offs, mask=offs < n, other=0) != 0
-    tl.store(counts_ptr + tl.program_id(0), tl.sum(keep.to(tl.int32), axis=0))
+    k = keep.to(tl.int32)
+    return offs, keep, tl.cumsum(k, axis=0) - k, tl.sum(k, axis=0)
 
 
-@triton.jit
-def _compact_write_kernel(
-    x_ptr, mask_ptr, ends_ptr, out_ptr, count_ptr, n, last,
-    WRITE_COUNT: tl.constexpr, USE_INT64: tl.constexpr, BLOCK: tl.constexpr,
+@triton.jit(do_not_specialize=["unit"])
+def _compact_kernel(
+    x_ptr, mask_ptr, out_ptr, state_ptr, count_ptr, n, last_tile, unit,
+    USE_INT64: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, WINDOW: tl.constexpr,
 ):
-    """Block b's kept elements, in order, to out[ends[b] - (its count) + rank]; the last block
-    also writes the total count (WRITE_COUNT). Tile [BLOCK]."""
-    offs = _block_start(USE_INT64, BLOCK)
-    keep = tl.load(mask_ptr + offs, mask=offs < n, other=0) != 0
-    k = keep.to(tl.int32)
-    rank = tl.cumsum(k, axis=0) - k  # exclusive in-block prefix
-    total = tl.sum(k, axis=0)
-    pid = tl.program_id(0)
-    base = tl.load(ends_ptr + pid) - total  # int64: outputs may pass 2**31 elements
-    x = tl.load(x_ptr + offs, mask=keep)
-    tl.store(out_ptr + base + rank, x, mask=keep)
-    if WRITE_COUNT:
-        tl.store(count_ptr, base + total, mask=pid == last)
+    """One tile of CHUNK * CHUNKS elements per program: count (mask read from DRAM as words),
+    look back, then per chunk: out[prefix + rank] = x[i] for the kept i (mask re-read from
+    cache, input read only where kept). The last tile writes the total count.
+    Tiles [CHUNK * CHUNKS / 4], [WINDOW] and [CHUNK]."""
+    tile = _ticket(state_ptr, USE_INT64)
+    base = tile * (CHUNK * CHUNKS)
+    total = _tile_count(mask_ptr, base, n, CHUNK * CHUNKS).to(tl.int64)
+    prefix = _look_back(state_ptr, tile, total, USE_INT64, WINDOW)
+    tl.store(count_ptr, prefix.to(tl.int64) + total, mask=tile == last_tile)
+    for c in tl.range(0, CHUNKS):
+        offs, keep, rank, kept = _chunk(mask_ptr, base, c, n, unit, CHUNK)
+        x = tl.load(x_ptr + offs, mask=keep)
+        tl.store(out_ptr + prefix + rank, x, mask=keep)
+        prefix += kept
 
 
-@triton.jit
-def _masked_expand_kernel(g_ptr, mask_ptr, ends_ptr, out_ptr, n, USE_INT64: tl.constexpr, BLOCK: tl.constexpr):
-    """Backward: out[i] = g[ends[b] - (block b's count) + rank(i)] where mask[i], else 0.
-    Tile [BLOCK]."""
-    offs = _block_start(USE_INT64, BLOCK)
-    in_range = offs < n
-    keep = tl.load(mask_ptr + offs, mask=in_range, other=0) != 0
-    k = keep.to(tl.int32)
-    rank = tl.cumsum(k, axis=0) - k
-    base = tl.load(ends_ptr + tl.program_id(0)) - tl.sum(k, axis=0)
-    g = tl.load(g_ptr + base + rank, mask=keep, other=0.0)
-    tl.store(out_ptr + offs, g, mask=in_range)
+@triton.jit(do_not_specialize=["unit"])
+def _masked_expand_kernel(
+    g_ptr, mask_ptr, out_ptr, state_ptr, n, unit,
+    USE_INT64: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, WINDOW: tl.constexpr,
+):
+    """Backward, same mapping: out[i] = g[prefix + rank(i)] where mask[i], else 0."""
+    tile = _ticket(state_ptr, USE_INT64)
+    base = tile * (CHUNK * CHUNKS)
+    total = _tile_count(mask_ptr, base, n, CHUNK * CHUNKS).to(tl.int64)
+    prefix = _look_back(state_ptr, tile, total, USE_INT64, WINDOW)
+    for c in tl.range(0, CHUNKS):
+        offs, keep, rank, kept = _chunk(mask_ptr, base, c, n, unit, CHUNK)
+        g = tl.load(g_ptr + prefix + rank, mask=keep, other=0)
+        tl.store(out_ptr + offs, g, mask=offs < n)
+        prefix += kept
 
 
 # ----------------------------------------------------------------------------- host launchers
@@ -145,23 +214,23 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
 
 
-def _block_ends(m8: torch.Tensor, use_int64: bool) -> torch.Tensor:
-    """Inclusive prefix (int64) of the per-block kept counts of the uint8 mask ``m8``."""
-    n = m8.numel()
-    nb = triton.cdiv(n, BLOCK)
-    counts = torch.empty((nb,), dtype=torch.int32, device=m8.device)
-    _compact_count_kernel[(nb,)](m8, counts, n, USE_INT64=use_int64, BLOCK=BLOCK, num_warps=NUM_WARPS)
-    return torch.cumsum(counts, 0, dtype=torch.int64)
-
-
-def _write(x: torch.Tensor, m8: torch.Tensor, ends: torch.Tensor, out: torch.Tensor, count: torch.Tensor | None,
-           use_int64: bool) -> None:
-    n = x.numel()
-    nb = ends.numel()
-    _compact_write_kernel[(nb,)](
-        _bits(x), m8, ends, _bits(out), count if count is not None else ends, n, nb - 1,
-        WRITE_COUNT=count is not None, USE_INT64=use_int64, BLOCK=BLOCK, num_warps=NUM_WARPS,
-    )
+def _launch(n: int, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, dict]:
+    """(uint8 mask, zeroed look-back state, tiles, kernel options) for n elements: the state is
+    the ticket counter and one word per tile. The count reads the mask as int32 words, so a mask
+    that is not 4-byte aligned, or whose length is not a multiple of 4 (its last word would reach
+    past the end of the caller's memory), is copied into a zero-padded buffer first."""
+    m8 = mask.view(torch.uint8)
+    if m8.data_ptr() % 4 or n % 4:
+        padded = torch.zeros((triton.cdiv(n, 4) * 4,), dtype=torch.uint8, device=mask.device)
+        padded[:n].copy_(m8.reshape(-1)[:n])
+        m8 = padded
+    tiles = triton.cdiv(n, CHUNK * CHUNKS)
+    state = torch.zeros((tiles + 1,), dtype=torch.int64, device=mask.device)
+    # One look-back word per thread at least: no warp holds a replica of another warp's words
+    # (replicas polled at different times could disagree and split the program's control flow).
+    opts = dict(USE_INT64=needs_int64(n + CHUNK * CHUNKS), CHUNK=CHUNK, CHUNKS=CHUNKS,
+                WINDOW=max(WINDOW, 32 * NUM_WARPS), num_warps=NUM_WARPS)
+    return m8, state, tiles, opts
 
 
 def _compact_forward(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,9 +239,8 @@ def _compact_forward(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor,
     count = torch.empty((), dtype=torch.int64, device=x.device)
     if n == 0:
         return values, count.zero_()
-    m8 = mask.view(torch.uint8)
-    use_int64 = needs_int64(n)
-    _write(x, m8, _block_ends(m8, use_int64), values, count, use_int64)
+    m8, state, tiles, opts = _launch(n, mask)
+    _compact_kernel[(tiles,)](_bits(x), m8, _bits(values), state, count, n, tiles - 1, 1, **opts)
     return values, count
 
 
@@ -180,14 +248,12 @@ def _masked_select_forward(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     n = x.numel()
     if n == 0:
         return torch.empty((0,), dtype=x.dtype, device=x.device)
-    m8 = mask.view(torch.uint8)
-    use_int64 = needs_int64(n)
-    ends = _block_ends(m8, use_int64)
-    total = int(ends[-1])  # the one host synchronization: the output's size
-    out = torch.empty((total,), dtype=x.dtype, device=x.device)
-    if total:
-        _write(x, m8, ends, out, None, use_int64)
-    return out
+    values, count = _compact_forward(x, mask)
+    total = int(count)  # the one host synchronization: the output's size
+    out = values[:total]
+    # Keep the full-size buffer (no second pass) unless it would hold > 1/SHRINK_BELOW times the
+    # result; then a copy of the kept elements (2 * total elements of traffic) frees it.
+    return out if total >= SHRINK_BELOW * n else out.clone()
 
 
 def _masked_expand(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -195,13 +261,11 @@ def _masked_expand(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     out = torch.empty((n,), dtype=grad.dtype, device=grad.device)
     if n == 0:
         return out
-    m8 = mask.view(torch.uint8)
-    use_int64 = needs_int64(n)
-    ends = _block_ends(m8, use_int64)
     g = grad.contiguous()
     if g.numel() == 0:  # nothing kept: a valid pointer for the (fully masked) loads
         g = out
-    _masked_expand_kernel[(ends.numel(),)](g, m8, ends, out, n, USE_INT64=use_int64, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    m8, state, tiles, opts = _launch(n, mask)
+    _masked_expand_kernel[(tiles,)](_bits(g), m8, _bits(out), state, n, 1, **opts)
     return out
 
 
@@ -294,18 +358,23 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         TypeError: input not a tensor of a supported dtype; mask not a bool tensor.
         ValueError: shapes that do not broadcast; tensors on different or unsupported devices.
     Numerics:
-        Exact: values are moved as raw bits (NaN payloads, -0.0 and infinities survive); no atomics,
-        deterministic. One host synchronization (the output's size), as in torch; :func:`compact`
-        has none. Backward: grad_input = grad scattered back to the kept positions, zero elsewhere
-        (summed over broadcast dimensions by autograd).
+        Exact: values are moved as raw bits (NaN payloads, -0.0 and infinities survive);
+        deterministic (atomics only hand out tiles and publish counts; no position depends on their
+        order). One host synchronization (the output's size), as in torch; :func:`compact` has
+        none. The result is a view of the first ``count`` elements of a buffer of the broadcast
+        size when at least a quarter is kept (no second pass); below that it is copied out.
+        Backward: grad_input = grad scattered back to the kept positions, zero elsewhere (summed
+        over broadcast dimensions by autograd).
     Cost:
-        Reads the mask twice (a count pass and a write pass) and, of input, only the elements it
-        keeps (so only the sectors holding them: a fraction 1 - (1-p)^8 of a float32 input for a
-        random mask keeping p); writes the kept elements once. ``masked_select_cost`` counts the
-        mask once, those input sectors and the kept output. Broadcast or non-contiguous operands
-        are first materialized contiguous.
+        One launch: reads the mask once from DRAM (a second time from cache) and, of input, only
+        the elements it keeps (so only the sectors holding them: a fraction 1 - (1-p)^8 of a
+        float32 input for a random mask keeping p); writes the kept elements once, plus 8 bytes
+        per 16384 elements of look-back state. Below a quarter kept, masked_select adds a copy of
+        the kept elements. ``masked_select_cost`` counts the mask once, those input sectors and
+        the kept output. Broadcast or non-contiguous operands are first materialized contiguous.
     Source:
-        Two-pass stream compaction (Blelloch 1990; Billeter, Olsson & Assarsson, HPG 2009).
+        Single-pass scan with decoupled look-back (Merrill & Garland 2016) for stream compaction
+        (Billeter, Olsson & Assarsson, HPG 2009).
     """
     x, m = _prepare("masked_select", input, mask)
     return _masked_select_op(x, m)
