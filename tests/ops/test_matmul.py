@@ -22,6 +22,8 @@ SMALL_TILES = Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4,
 TMA_SMALL = Config(16, 16, 16, 2, 4, 2, kind="tma")
 TMA_PERSISTENT = Config(16, 16, 16, 2, 4, 2, kind="tma", persistent=True)  # grid = CPU count (2) < tiles
 SPLIT_K = Config(16, 16, 16, 2, 4, 2, kind="ptr", split_k=3)
+TMA_EPI_SPLIT = Config(16, 32, 16, 2, 4, 2, kind="tma", persistent=True, epilogue_split=2)
+TMA_STORE = Config(16, 32, 16, 2, 4, 2, kind="tma", persistent=True, epilogue_split=2, store_desc=True)
 
 
 def _t(shape, device, dtype=torch.float32, seed=0):
@@ -32,7 +34,7 @@ def _t(shape, device, dtype=torch.float32, seed=0):
 def test_matmul_cpu_cases_match_float64_reference(device):
     report = verify_op(SPEC, cases=CPU_CASES, seeds=2, device=device)
     assert report.passed, report.summary()
-    assert len(report.rows) == 2 * 2 * len(CPU_CASES)
+    assert len(report.rows) == 2 * sum(len(SPEC.case_dtypes(SPEC.case(n))) for n in CPU_CASES)
 
 
 def test_matmul_multi_tile_grouped_order_and_k_loop(monkeypatch, device):
@@ -245,14 +247,14 @@ def test_bad_input_raises_naming_op_and_argument(i, device):
         assert w in str(info.value), (w, str(info.value))
 
 
-@pytest.mark.parametrize("cfg", [TMA_SMALL, TMA_PERSISTENT, SPLIT_K, SMALL_TILES], ids=lambda c: c.label())
+@pytest.mark.parametrize("cfg", [TMA_SMALL, TMA_PERSISTENT, TMA_EPI_SPLIT, TMA_STORE, SPLIT_K, SMALL_TILES], ids=lambda c: c.label())
 def test_matmul_each_launch_form_matches_float64_reference(monkeypatch, device, cfg):
     # Multi-tile grids for each form: descriptor loads (plain and persistent, where each program
     # walks several tiles), split-K (3 K chunks + the ordered combine) and pointer loads.
     monkeypatch.setattr(mm, "_launch_config", lambda *a: cfg)
     cases = ["small_odd_33x17x29", "transposed_a_19x23x37", "transposed_b_19x23x37", "strided_both_12x10x9",
              "gelu_bias_17x18x19", "alpha_beta_c_13x14x15", "c_row_broadcast_13x14x15", "broadcast_b2d_folded_c_9x10x11",
-             "out_fp32_11x12x13", "m1_1x20x19", "n1_21x1x18"]
+             "out_fp32_11x12x13", "m1_1x20x19", "n1_21x1x18", "aligned_fp32_24x40x17"]
     report = verify_op(SPEC, cases=cases, seeds=2, device=device)
     assert report.passed, report.summary()
 

@@ -53,6 +53,8 @@ class Config:
     ctas_per_sm: int = 1
     warp_specialize: bool = False
     flatten: bool = False
+    epilogue_split: int = 1  # tma only: 2 = the epilogue in two column halves
+    store_desc: bool = False  # tma only: store through the output's descriptor when it is aligned
 
     def label(self) -> str:
         s = f"{self.kind} {self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} s{self.num_stages}"
@@ -64,6 +66,10 @@ class Config:
             s += " ws"
         if self.flatten:
             s += " flat"
+        if self.epilogue_split > 1:
+            s += f" epi/{self.epilogue_split}"
+        if self.store_desc:
+            s += " tma-store"
         return s
 
     def as_dict(self) -> dict:
@@ -132,6 +138,26 @@ def _epilogue(acc, rm64, rn64, mask, n_ok, c_base, s_cm, s_cn, bias_ptr, alpha, 
     elif ACTIVATION == 4:
         acc = acc / (1.0 + tl.exp(-acc))
     return acc
+
+
+@triton.jit
+def _epilogue_store(acc, off_m, off_n, M, N, c_ptr, s_cm, s_cn, bias_ptr, out_ptr, out_desc, s_om, s_on, alpha, beta,
+                    HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, BF16_RNE: tl.constexpr,
+                    OUT_DESC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The epilogue of the [BLOCK_M, BLOCK_N] block at (off_m, off_n) and its store: through the
+    output's descriptor when it has one (no per-element int64 pointers: those cost 2 registers per
+    element of the tile), else masked pointer stores."""
+    rm = off_m + tl.arange(0, BLOCK_M)
+    rn = off_n + tl.arange(0, BLOCK_N)
+    n_ok = rn < N
+    mask = (rm < M)[:, None] & n_ok[None, :]
+    rm64 = rm.to(tl.int64)
+    rn64 = rn.to(tl.int64)
+    acc = _epilogue(acc, rm64, rn64, mask, n_ok, c_ptr, s_cm, s_cn, bias_ptr, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION)
+    if OUT_DESC:
+        out_desc.store([off_m, off_n], _round_for_store(acc, out_ptr, BF16_RNE))
+    else:
+        tl.store(out_ptr + rm64[:, None] * s_om + rn64[None, :] * s_on, _round_for_store(acc, out_ptr, BF16_RNE), mask=mask)
 
 
 @triton.jit
@@ -212,11 +238,11 @@ def _splitk_combine_kernel(
 
 @triton.jit
 def _matmul_tma_kernel(
-    a_desc, b_desc, c_ptr, bias_ptr, out_ptr, M, N, K, alpha, beta, s_cm, s_cn, s_om, s_on, NUM_PROGRAMS,
+    a_desc, b_desc, out_desc, c_ptr, bias_ptr, out_ptr, M, N, K, alpha, beta, s_cm, s_cn, s_om, s_on, NUM_PROGRAMS,
     A_T: tl.constexpr, B_T: tl.constexpr,
     HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, BF16_RNE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE_SPLIT: tl.constexpr, OUT_DESC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """Descriptor form: program p handles tiles p, p + NUM_PROGRAMS, ... (grouped order). A_T /
     B_T: the operand's descriptor describes its transpose (the operand was column-major), so the
@@ -243,14 +269,17 @@ def _matmul_tma_kernel(
             else:
                 b = b_desc.load([off_k, off_n])
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        rm = off_m + tl.arange(0, BLOCK_M)
-        rn = off_n + tl.arange(0, BLOCK_N)
-        n_ok = rn < N
-        mask = (rm < M)[:, None] & n_ok[None, :]
-        rm64 = rm.to(tl.int64)
-        rn64 = rn.to(tl.int64)
-        acc = _epilogue(acc, rm64, rn64, mask, n_ok, c_ptr, s_cm, s_cn, bias_ptr, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION)
-        tl.store(out_ptr + rm64[:, None] * s_om + rn64[None, :] * s_on, _round_for_store(acc, out_ptr, BF16_RNE), mask=mask)
+        if EPILOGUE_SPLIT == 1:
+            _epilogue_store(acc, off_m, off_n, M, N, c_ptr, s_cm, s_cn, bias_ptr, out_ptr, out_desc, s_om, s_on, alpha, beta,
+                            HAS_C, HAS_BIAS, ACTIVATION, BF16_RNE, OUT_DESC, BLOCK_M, BLOCK_N)
+        else:
+            # Two column halves, one after the other: half the epilogue's live registers.
+            halves = tl.permute(tl.reshape(acc, [BLOCK_M, 2, BLOCK_N // 2]), [0, 2, 1])
+            acc0, acc1 = tl.split(halves)
+            _epilogue_store(acc0, off_m, off_n, M, N, c_ptr, s_cm, s_cn, bias_ptr, out_ptr, out_desc, s_om, s_on, alpha, beta,
+                            HAS_C, HAS_BIAS, ACTIVATION, BF16_RNE, OUT_DESC, BLOCK_M, BLOCK_N // 2)
+            _epilogue_store(acc1, off_m, off_n + BLOCK_N // 2, M, N, c_ptr, s_cm, s_cn, bias_ptr, out_ptr, out_desc, s_om, s_on,
+                            alpha, beta, HAS_C, HAS_BIAS, ACTIVATION, BF16_RNE, OUT_DESC, BLOCK_M, BLOCK_N // 2)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -310,11 +339,17 @@ def launch_tma(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
     tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
     grid = min(tiles, sm_count(a.device) * cfg.ctas_per_sm) if cfg.persistent else tiles
     cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
+    e = out.element_size()
+    out_desc = None
+    if cfg.store_desc and out.stride(1) == 1 and (out.stride(0) * e) % 16 == 0 and out.data_ptr() % 16 == 0 and cfg.BLOCK_N // cfg.epilogue_split * e >= 16:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        out_desc = TensorDescriptor(out, list(out.shape), [out.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N // cfg.epilogue_split])
     _matmul_tma_kernel[(grid,)](
-        a_desc, b_desc, c if c is not None else out, bias if bias is not None else out, out,
+        a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out, out,
         m, n, k, float(alpha), float(beta), *cs, out.stride(0), out.stride(1), grid,
         A_T=a_t, B_T=b_t, HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
-        INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=bf16_rne(out.dtype), WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten,
+        INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=bf16_rne(out.dtype), WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten, EPILOGUE_SPLIT=cfg.epilogue_split, OUT_DESC=out_desc is not None,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
