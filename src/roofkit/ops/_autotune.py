@@ -5,7 +5,7 @@
 A configuration is used only after its output passed verification once: on a cache miss every
 candidate is run on the caller's own inputs, its output compared with ``reference()`` (a trusted
 result: roofkit's default configuration checked against torch, or torch itself) by relative L2
-error, and only the candidates that pass are timed (triton.testing.do_bench, median). The
+error, and only the candidates that pass are timed (``harness.timing``: cold L2, device time). The
 fastest verified one is kept in memory and in a JSON file under
 ``$ROOFKIT_CACHE_DIR/autotune/`` (default ``~/.cache/roofkit``), one file per (GPU name,
 compute capability, driver, triton, roofkit) — the metadata is also written into every entry.
@@ -43,9 +43,15 @@ def active(device: torch.device) -> bool:
 
 
 def _time_ms(fn: Callable[[], Any]) -> float:
-    from triton.testing import do_bench
+    """Median device time of ``fn`` as ``roofkit bench`` measures it (CUDA events, L2 flushed
+    before each call, the host's enqueue time hidden behind a device-side sleep), so the tuner
+    ranks candidates by the figure the benchmark reports. (triton.testing.do_bench counts host
+    time when a call is shorter than its launch overhead: at GEMV sizes it preferred one launch
+    over split-K for that reason alone.)"""
+    from ..harness.timing import time_providers
 
-    return do_bench(fn, warmup=5, rep=20, return_mode="median")
+    t = time_providers({"candidate": fn}, warmup_ms=5.0, rep_ms=30.0, min_reps=5, wall_calls=1)
+    return t["candidate"].median_ms
 
 
 def bucket(n: int) -> int:
