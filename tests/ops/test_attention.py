@@ -262,3 +262,16 @@ def test_attention_bad_input_raises(call, exc, words, device):
         call(device)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+def test_flags_must_be_bools_and_scale_any_real(device):
+    import numpy as np
+
+    q, k, v = _qkv(1, 2, 2, 4, 4, 16, device)
+    with pytest.raises(TypeError, match="roofkit.flash_attention: causal must be a bool"):
+        flash_attention(q, k, v, causal="False")
+    with pytest.raises(TypeError, match="roofkit.scaled_dot_product_attention: is_causal must be a bool"):
+        scaled_dot_product_attention(q, k, v, is_causal=1)
+    got = scaled_dot_product_attention(q, k, v, scale=np.float32(0.5))
+    want = torch.softmax(0.5 * q.double() @ k.double().transpose(-1, -2), -1) @ v.double()
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)

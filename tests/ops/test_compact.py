@@ -256,3 +256,16 @@ def test_spec_declares_what_the_harness_needs():
     gpu = {c.get("keep") for c in SPEC.cases if "gpu" in c.tags and c["shape"] == (64 << 20,)}
     assert gpu == {0.0, 0.05, 0.5, 0.95, 1.0}
     assert any(0 in c["shape"] for c in SPEC.cases)
+
+
+def test_mask_bytes_other_than_one_count_as_true(device):
+    # A bool tensor viewed from uint8 may hold 2..255 (torch treats any non-zero byte as True);
+    # the count and the write pass must agree on that.
+    raw = torch.tensor([2, 0, 1, 2, 0, 1, 1, 255, 128, 0, 3], dtype=torch.uint8, device=device)
+    m = raw.view(torch.bool)
+    x = torch.arange(11.0, device=device)
+    want = x[raw != 0]
+    torch.testing.assert_close(masked_select(x, m), want)
+    values, count = compact(x, m)
+    assert int(count) == want.numel()
+    torch.testing.assert_close(values[: int(count)], want)

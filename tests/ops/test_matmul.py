@@ -325,3 +325,38 @@ def test_gelu_epilogue_matches_float64_across_the_range(device):
     # fp32 rounding of the exponent -x^2/2 costs ~x^2 * 6e-8 relative in the far tail; near 0, ~3 ulp.
     bound = 6e-7 * (1 + x.double() ** 2)  # (GPU exp2 is approximate: ~2 ulp)
     assert (rel <= bound)[~tiny].all(), (rel / bound)[~tiny].max()
+
+
+def test_matmul_and_linear_read_strided_bias_by_its_strides(device):
+    # Hostile review: a bias with stride 2 (or 0) was read as if contiguous.
+    a, b = _t((3, 4, 5), device), _t((5, 6), device, seed=1)
+    for bias in (_t((12,), device, seed=2)[::2], torch.tensor([1.5], device=device).expand(6)):
+        torch.testing.assert_close(matmul(a, b, bias=bias), a @ b + bias, rtol=1e-5, atol=1e-5)
+        x, w = _t((4, 5), device, seed=3), _t((6, 5), device, seed=4)
+        torch.testing.assert_close(linear(x, w, bias), F.linear(x, w, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_relu_epilogue_keeps_nan(device):
+    # tl.maximum drops NaN on the GPU unless told otherwise; torch.relu keeps it.
+    a = torch.ones((1, 1), device=device)
+    b = torch.tensor([[float("nan"), -1.0, 2.0]], device=device)
+    y = matmul(a, b, activation="relu")
+    assert torch.isnan(y[0, 0]) and y[0, 1] == 0 and y[0, 2] == 2
+
+
+def test_linear_k0_and_high_rank_inputs(device):
+    w, bias = torch.empty((2, 0), device=device), torch.ones(2, device=device)
+    torch.testing.assert_close(linear(torch.empty((3, 0), device=device), w, bias), torch.ones(3, 2, device=device))
+    x = _t((1, 1, 1, 1, 1, 1, 1, 1, 2, 3), device)  # 10-D: torch accepts any rank
+    w = _t((4, 3), device, seed=1)
+    torch.testing.assert_close(linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="roofkit.linear: input"):
+        linear(torch.tensor(1.0, device=device), w)
+
+
+def test_bf16_operands_under_the_interpreter_or_gpu(device):
+    # The interpreter cannot multiply bf16 in tl.dot: the kernels upcast there.
+    a, b = _t((20, 24), device, torch.bfloat16), _t((24, 12), device, torch.bfloat16, seed=1)
+    want = a.double() @ b.double()
+    got = matmul(a, b).double()
+    assert ((got - want).norm() / want.norm()) < 1e-2

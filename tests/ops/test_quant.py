@@ -382,3 +382,14 @@ def test_cpu_tensor_without_interpreter_is_refused(monkeypatch):
     with pytest.raises(ValueError, match=r"roofkit\.int8_matmul: qa is on cpu"):
         int8_matmul(torch.ones(2, 3, dtype=torch.int8), torch.ones(3, 2, dtype=torch.int8), torch.ones(()), None,
                     torch.ones(()), None)
+
+
+def test_zero_points_outside_the_integer_range_are_refused(device):
+    qa = torch.full((2, 64), -128, dtype=torch.int8, device=device)
+    qb = torch.full((64, 3), -128, dtype=torch.int8, device=device)
+    s = torch.ones((), device=device)
+    zp = torch.tensor(20000, dtype=torch.int32, device=device)
+    with pytest.raises(RuntimeError, match="zero_point_a must lie in"):
+        quant.int8_matmul(qa, qb, s, zp, s, None)
+    with pytest.raises(RuntimeError, match="zero_point must lie in"):
+        quant.dequantize(qa, s, torch.tensor(2**31 - 1, dtype=torch.int32, device=device))

@@ -128,7 +128,7 @@ def _epilogue(acc, rm64, rn64, mask, n_ok, c_base, s_cm, s_cn, bias_ptr, alpha, 
         bv = tl.load(bias_ptr + rn64, mask=n_ok, other=0.0)
         acc += bv.to(tl.float32)[None, :]
     if ACTIVATION == 1:
-        acc = tl.maximum(acc, 0.0)
+        acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as torch.relu
     elif ACTIVATION == 2:
         acc = acc * _phi(acc)
     elif ACTIVATION == 3:
@@ -165,7 +165,7 @@ def _matmul_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, out_ptr, M, N, K, alpha, beta, k_chunk, a_step, b_step,
     s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn, s_ob, s_om, s_on,
     HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, PARTIAL: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, BF16_RNE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, BF16_RNE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """Pointer form: one [BLOCK_M, BLOCK_N] tile per program along axis 0; axis 1 is the batch
@@ -200,6 +200,9 @@ def _matmul_kernel(
         k_ok = rk < k_hi - k0
         a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += a_step
         b_ptrs += b_step
@@ -239,7 +242,7 @@ def _splitk_combine_kernel(
 @triton.jit
 def _matmul_tma_kernel(
     a_desc, b_desc, out_desc, c_ptr, bias_ptr, out_ptr, M, N, K, alpha, beta, s_cm, s_cn, s_om, s_on, NUM_PROGRAMS,
-    A_T: tl.constexpr, B_T: tl.constexpr,
+    A_T: tl.constexpr, B_T: tl.constexpr, UPCAST: tl.constexpr,
     HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, BF16_RNE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
     EPILOGUE_SPLIT: tl.constexpr, OUT_DESC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -268,6 +271,9 @@ def _matmul_tma_kernel(
                 b = b_desc.load([off_n, off_k]).T
             else:
                 b = b_desc.load([off_k, off_n])
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         if EPILOGUE_SPLIT == 1:
             _epilogue_store(acc, off_m, off_n, M, N, c_ptr, s_cm, s_cn, bias_ptr, out_ptr, out_desc, s_om, s_on, alpha, beta,
@@ -289,6 +295,12 @@ def input_precision(dtype: torch.dtype) -> str:
     if dtype == torch.float32:
         return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
     return "tf32"  # ignored by tl.dot for 16-bit inputs
+
+
+def upcast(dtype: torch.dtype) -> bool:
+    """bf16 tiles go through tl.dot as fp32 under the interpreter (it cannot multiply bf16: it
+    treats the bit patterns as integers); on the GPU they stay bf16."""
+    return dtype == torch.bfloat16 and interpreter_active()
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
@@ -348,7 +360,7 @@ def launch_tma(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
     _matmul_tma_kernel[(grid,)](
         a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out, out,
         m, n, k, float(alpha), float(beta), *cs, out.stride(0), out.stride(1), grid,
-        A_T=a_t, B_T=b_t, HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
+        A_T=a_t, B_T=b_t, UPCAST=upcast(a.dtype), HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
         INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=bf16_rne(out.dtype), WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten, EPILOGUE_SPLIT=cfg.epilogue_split, OUT_DESC=out_desc is not None,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -370,7 +382,7 @@ def launch_ptr(cfg: Config, a3, b3, c3, bias, o3, alpha, beta, act: int):
             cfg.BLOCK_K * ca.stride(2), cfg.BLOCK_K * cb.stride(1),
             *ca.stride(), *cb.stride(), *cs, *co.stride(),
             HAS_C=c3 is not None, HAS_BIAS=bias is not None, ACTIVATION=act, PARTIAL=False,
-            INPUT_PRECISION=input_precision(a3.dtype), BF16_RNE=bf16_rne(o3.dtype),
+            INPUT_PRECISION=input_precision(a3.dtype), BF16_RNE=bf16_rne(o3.dtype), UPCAST=upcast(a3.dtype),
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
@@ -389,7 +401,7 @@ def launch_split_k(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
         a, b, a, a, ws, m, n, k, 1.0, 0.0, chunk, cfg.BLOCK_K * a.stride(1), cfg.BLOCK_K * b.stride(0),
         0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1), 0, 0, 0, m * n, n, 1,
         HAS_C=False, HAS_BIAS=False, ACTIVATION=0, PARTIAL=True,
-        INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=False,
+        INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=False, UPCAST=upcast(a.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -34,9 +34,11 @@ Source: Dao et al., "FlashAttention" (2022) and "FlashAttention-2" (2023); Dao e
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import triton
@@ -947,9 +949,16 @@ def _keep_fp32(q, k, v) -> bool:
 def _scale_of(op: str, scale, d: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"roofkit.{op}: scale must be a float or None; got {type(scale).__name__}")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"roofkit.{op}: scale must be a real number or None; got {type(scale).__name__}")
     return float(scale)
+
+
+def _flag(op: str, name: str, v) -> bool:
+    """A bool argument: bool or numpy bool only (a string such as "False" is refused, not truthy)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise TypeError(f"roofkit.{op}: {name} must be a bool; got {type(v).__name__}")
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
@@ -995,9 +1004,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         raise NotImplementedError(f"roofkit.{op}: attn_mask is not supported yet (use is_causal, or torch's SDPA)")
     if dropout_p != 0.0:
         raise NotImplementedError(f"roofkit.{op}: dropout_p must be 0.0 (dropout is not supported yet); got {dropout_p}")
-    _check(op, query, key, value, gqa=enable_gqa)
+    _check(op, query, key, value, gqa=_flag(op, "enable_gqa", enable_gqa))
     s = _scale_of(op, scale, query.shape[-1])
-    out, _, _ = _attention_fwd_op(query, key, value, bool(is_causal), s, torch.are_deterministic_algorithms_enabled(),
+    out, _, _ = _attention_fwd_op(query, key, value, _flag(op, "is_causal", is_causal), s,
+                                  torch.are_deterministic_algorithms_enabled(),
                                   _keep_fp32(query, key, value))
     return out
 
@@ -1023,10 +1033,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     op = "flash_attention"
     _check(op, q, k, v, gqa=True, names=("q", "k", "v"))
     s = _scale_of(op, scale, q.shape[-1])
-    out, lse2, _ = _attention_fwd_op(q, k, v, bool(causal), s,
-                                     bool(deterministic) or torch.are_deterministic_algorithms_enabled(),
+    out, lse2, _ = _attention_fwd_op(q, k, v, _flag(op, "causal", causal), s,
+                                     _flag(op, "deterministic", deterministic) or torch.are_deterministic_algorithms_enabled(),
                                      _keep_fp32(q, k, v))
-    return (out, lse2 * _LN2) if return_lse else out
+    return (out, lse2 * _LN2) if _flag(op, "return_lse", return_lse) else out
 
 
 # ----------------------------------------------------------------------------- spec

@@ -106,11 +106,17 @@ SHRINK_BELOW = 0.25  # masked_select copies its result out when fewer than this 
 def _tile_count(mask_ptr, base, n, TILE: tl.constexpr):
     """Kept elements of mask[base : base + TILE] (clipped to n), read as int32 words (4 flags
     each, vectorized; mask_ptr 4-byte aligned, base a multiple of 4). Bytes of the last word past
-    n are cleared; each flag byte is 0 or 1, so a word's byte sum is its count. Tile [TILE / 4]."""
+    n are cleared; a byte counts when non-zero. Tile [TILE / 4]."""
     words = base // 4 + tl.arange(0, TILE // 4)
     left = n - words * 4  # flags of this word inside the mask (>= 4: all of them)
     w = tl.load(mask_ptr.to(tl.pointer_type(tl.int32)) + words, mask=left > 0, other=0)
     w = tl.where(left >= 4, w, w & ((1 << (tl.minimum(tl.maximum(left, 0), 3) * 8)) - 1))
+    # Any non-zero byte counts as kept (a bool tensor viewed from uint8 may hold 2..255, and the
+    # write pass keeps every byte != 0): fold each byte's bits into its lowest bit. The shifts
+    # only move bits within a byte into that bit (sign-extended bits land above it).
+    w = w | (w >> 4)
+    w = w | (w >> 2)
+    w = (w | (w >> 1)) & 0x01010101
     s = w + (w >> 16)  # bytes 0 + 2 and 1 + 3 (no carries: each sum <= 2)
     return tl.sum((s + (s >> 8)) & 0xFF, axis=0)
 

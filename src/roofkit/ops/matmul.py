@@ -10,12 +10,11 @@ L2. The epilogue (alpha, beta * c, bias, activation) runs on the fp32 accumulato
 rounded once, to the output dtype. A batch (3-D operands) is the grid's second axis, each operand
 carrying its own batch stride (0 for an operand broadcast over the batch).
 
-Status (2026-11-30): verified on CPU through the interpreter (fp16 / fp32) only; not yet run on a
-GPU, so not yet registered with the harness nor exported as ``roofkit.matmul`` (import it from
-``roofkit.ops.matmul``); registration follows its first GPU verification.
-Not yet here (later work on issue 3): autotuning, split-K, persistent / stream-K scheduling, TMA
-descriptors, fp8 / int8 inputs. The launch configuration comes from a small deterministic
-heuristic (``_launch_config``).
+The kernels and their launch forms (TMA-descriptor persistent, pointer, split-K) live in
+``_gemm.py``; this module chooses among them (``_launch_config``, the documented default, or the
+verified autotuner of ``_autotune.py``) and holds the public API, the custom ops and the spec.
+Verified on the H200 (2026-11-30, all dtypes) and on CPU through the interpreter (bf16 operands
+are upcast to fp32 there: the interpreter cannot multiply bf16). fp8 / int8 GEMMs: ``quant.py``.
 Source: the classic tiled GEMM with grouped tile order (Triton's matmul tutorial describes the
 L2-grouping idea); torch.addmm semantics for alpha / beta / c.
 """
@@ -276,6 +275,8 @@ def _matmul_forward(a, b, c, bias, activation: str | None, alpha: float, beta: f
     if k == 0 and not use_c and bias is None:
         return out.zero_()  # act(0) == 0 for every supported activation
     act = ACTIVATIONS[activation]
+    if bias is not None:
+        bias = bias.contiguous()  # the kernels read it at unit stride (N elements: a negligible copy when strided)
     a3, b3, o3 = _as3(a, nb), _as3(b, nb), _as3(out, nb)
     c3 = c.expand(shape) if use_c else None
     if c3 is not None and c3.dim() == 2:
@@ -334,8 +335,13 @@ def _(a, b, c, bias, activation, alpha, beta, out_dtype):
 @torch.library.custom_op("roofkit::linear", mutates_args=())
 def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     k, n = x.shape[-1], weight.shape[0]
-    y = _matmul_forward(x.reshape(-1, k), weight.t(), None, bias, _act_name(activation), 1.0, 0.0, None)
+    y = _matmul_forward(x.reshape(_rows(x), k), weight.t(), None, bias, _act_name(activation), 1.0, 0.0, None)
     return y.view(*x.shape[:-1], n)
+
+
+def _rows(x: torch.Tensor) -> int:
+    """Rows of ``x`` seen as (rows, K) (explicit: reshape(-1, 0) is ambiguous when K = 0)."""
+    return math.prod(x.shape[:-1])
 
 
 @_linear_op.register_fake
@@ -356,8 +362,8 @@ def _linear_backward(ctx, dy):
     (fp32 sum, rounded once)."""
     x, weight, bias = ctx.saved_tensors
     k, n = x.shape[-1], weight.shape[0]
-    x2 = x.reshape(-1, k)
-    g = dy.reshape(-1, n)
+    x2 = x.reshape(_rows(x), k)
+    g = dy.reshape(_rows(x), n)
     if ctx.activation != "none":
         pre = _matmul_op(x2, weight.t(), None, bias, "none", 1.0, 0.0, torch.float32)
         g = (g.to(torch.float32) * _activation_grad(pre, ctx.activation)).to(x.dtype)
@@ -491,7 +497,9 @@ def linear(input, weight, bias=None, activation=None):
         pre-activation when an activation is fused).
     """
     op = "linear"
-    _check_operand(op, "input", input, None, tuple(range(1, 9)))
+    if isinstance(input, torch.Tensor) and input.dim() == 0:
+        raise ValueError(f"roofkit.{op}: input must have at least 1 dimension, got a 0-d tensor")
+    _check_operand(op, "input", input, None, (input.dim(),) if isinstance(input, torch.Tensor) else (1,))
     _check_operand(op, "weight", weight, input, (2,))
     if weight.shape[1] != input.shape[-1]:
         raise ValueError(

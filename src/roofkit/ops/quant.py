@@ -805,6 +805,16 @@ def _check_param(op: str, name: str, t, dtypes, ref: torch.Tensor, shapes: list[
         raise ValueError(f"roofkit.{op}: {name} must have one element (per tensor) or shape {what}; got shape {tuple(t.shape)}")
 
 
+def _check_zero_point_range(op: str, name: str, zp: torch.Tensor, qdtype: torch.dtype) -> None:
+    """Zero points outside the quantized type's range break the exactness of the int32 algebra;
+    checked without a host sync (a device assert: RuntimeError at the next synchronization on a
+    GPU, at once on the CPU)."""
+    info = torch.iinfo(qdtype)
+    if zp.numel():
+        ok = (zp >= info.min).all() & (zp <= info.max).all()
+        torch._assert_async(ok, f"roofkit.{op}: {name} must lie in [{info.min}, {info.max}] ({qdtype})")
+
+
 def _check_out_dtype(op: str, out_dtype) -> None:
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"roofkit.{op}: out_dtype must be one of bfloat16, float16, float32; got {out_dtype}")
@@ -892,6 +902,8 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *
     Raises:
         TypeError: q not int8/uint8, scale not float32, zero_point not int32, axis not an int.
         ValueError: scale / zero_point of the wrong size or shape; tensors on different devices.
+        RuntimeError: a zero point outside q's integer range (a device-side assert, raised at
+            the next synchronization on a GPU).
         IndexError: axis out of range.
     Numerics:
         q - Z exact in int32, one float32 rounding of the product (as torch.dequantize).
@@ -916,6 +928,7 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *
                     f"roofkit.dequantize: {name} must have shape ({c},) or {_channel_shape(q.shape, ax)} "
                     f"for axis={ax}; got {tuple(t.shape)}"
                 )
+    _check_zero_point_range("dequantize", "zero_point", zero_point, q.dtype)
     return _dequantize_op(q, scale, zero_point, ax)
 
 
@@ -941,6 +954,9 @@ def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_
             bias not a float tensor, out_dtype not bf16/fp16/fp32).
         ValueError: not 2-D, inner dimensions differ, scale / zero point / bias of the wrong
             shape, K > INT8_MAX_K (33025), tensors on different devices.
+        RuntimeError: a zero point outside [-128, 127] (a device-side assert, raised at the next
+            synchronization on a GPU).
+
     Numerics:
         qa @ qb accumulates in int32 on the tensor cores (exact); the corrections
         - Zb * rowsum(qa) - Za * colsum(qb) + K * Za * Zb are int32 with wrapping arithmetic,
@@ -962,8 +978,10 @@ def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_
     _check_param(op, "scale_b", scale_b, (torch.float32,), qa, [(1, n)], f"(1, {n})")
     if zero_point_a is not None:
         _check_param(op, "zero_point_a", zero_point_a, (torch.int32,), qa, [(m, 1)], f"({m}, 1)")
+        _check_zero_point_range(op, "zero_point_a", zero_point_a, qa.dtype)
     if zero_point_b is not None:
         _check_param(op, "zero_point_b", zero_point_b, (torch.int32,), qa, [(1, n)], f"(1, {n})")
+        _check_zero_point_range(op, "zero_point_b", zero_point_b, qb.dtype)
     _check_bias(op, bias, n, qa)
     _check_out_dtype(op, out_dtype)
     if k > INT8_MAX_K:
