@@ -10,7 +10,8 @@ OUT=${OUT:-/tmp/roofkit-out}; R=$OUT/run; mkdir -p "$R"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 ROOFKIT_CACHE_DIR=$R/cache
 python3 -m pip install -q --no-index --no-deps --target /tmp/peers .peers/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/peers
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for step in "${@:-tests sanitize slow bench}"; do
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests sanitize slow bench)
+for step in "${steps[@]}"; do
   echo "=== $step $(date -u +%T)"
   case $step in
     tests) ROOFKIT_AUTOTUNE=0 timeout 500 python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider --durations=10 > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
