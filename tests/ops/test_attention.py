@@ -10,7 +10,10 @@ import torch
 from roofkit.harness.spec import case
 from roofkit.harness.verify import verify_op
 
-A = importlib.import_module("roofkit.ops.attention")
+# The package's submodules: tests patch settings, config choosers and kernel names on ``L``
+# (``_launch``, the module whose launchers read them), and use the float64 reference of ``S``.
+L = importlib.import_module("roofkit.ops.attention._launch")
+S = importlib.import_module("roofkit.ops.attention.spec")
 from roofkit.ops.attention import (  # noqa: E402
     FLASH_ATTENTION_SPEC,
     SDPA_SPEC,
@@ -35,7 +38,7 @@ def _qkv(b, hq, hkv, sq, sk, d, device, dtype=torch.float32, seed=0, grad=False)
 
 def _ref(q, k, v, causal, scale=None):
     qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    out, lse = A._attention_reference(qd, kd, vd, causal, scale, True)
+    out, lse = S._attention_reference(qd, kd, vd, causal, scale, True)
     return (qd, kd, vd), out, lse
 
 
@@ -47,8 +50,8 @@ def _ref(q, k, v, causal, scale=None):
 def test_attention_rectangular_tiles_causal_edges(monkeypatch, device, fwd, bwd):
     # BLOCK_M != BLOCK_N moves the causal diagonal across tile corners differently in the forward,
     # the dK/dV (masked query blocks, then unmasked) and the dQ kernels.
-    monkeypatch.setattr(A, "_fwd_config", lambda *a: Config(*fwd, 4, 1))
-    monkeypatch.setattr(A, "_bwd_config", lambda *a: (Config(*bwd, 4, 1), Config(*fwd, 4, 1)))
+    monkeypatch.setattr(L, "_fwd_config", lambda *a: Config(*fwd, 4, 1))
+    monkeypatch.setattr(L, "_bwd_config", lambda *a: (Config(*bwd, 4, 1), Config(*fwd, 4, 1)))
     cases = ["sq40_sk17_causal", "sq17_sk40_causal", "gqa_4_over_2_causal"]
     report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=(torch.float16,), device=device)
     assert report.passed, report.summary()
@@ -60,11 +63,11 @@ def test_attention_rectangular_tiles_causal_edges(monkeypatch, device, fwd, bwd)
 def test_attention_split_kv_decoding_path(monkeypatch, device):
     # Force the decoding kernels onto short sequences: several chunks per (batch, kv head),
     # ragged last chunk, rows of several query heads and queries in one tile, causal rows.
-    monkeypatch.setattr(A, "DECODE_MIN_SK", 0)
-    monkeypatch.setattr(A, "DECODE_MIN_BLOCKS", 1)
-    monkeypatch.setattr(A, "DECODE_PROGRAMS_PER_SM", 64)
-    assert A._use_decode(2, 5, 2) and not A._use_decode(2, 33, 40)
-    splits, chunk = A._decode_splits(2, 40, 16, device)
+    monkeypatch.setattr(L, "DECODE_MIN_SK", 0)
+    monkeypatch.setattr(L, "DECODE_MIN_BLOCKS", 1)
+    monkeypatch.setattr(L, "DECODE_PROGRAMS_PER_SM", 64)
+    assert L._use_decode(2, 5, 2) and not L._use_decode(2, 33, 40)
+    splits, chunk = L._decode_splits(2, 40, 16, device)
     assert splits == 3 and chunk == 16
     cases = ["causal_5q_2k_rows_0_to_2_zero", "sq1_sk37", "sq17_sk40_causal", "mqa_4_over_1", "empty_sk0_gives_zeros"]
     report = verify_op(SDPA_SPEC, cases=cases, seeds=1, device=device)
@@ -76,12 +79,12 @@ def test_attention_split_kv_decoding_path(monkeypatch, device):
 
 def test_decode_splits_heuristic_fills_the_device():
     cuda_like = torch.device("cpu")
-    sms = A.sm_count(cuda_like)
-    splits, chunk = A._decode_splits(1 * 32, 131072, 64, cuda_like)
-    assert splits * 32 >= min(A.DECODE_PROGRAMS_PER_SM * sms, 32 * (131072 // 64 // A.DECODE_MIN_BLOCKS))
+    sms = L.sm_count(cuda_like)
+    splits, chunk = L._decode_splits(1 * 32, 131072, 64, cuda_like)
+    assert splits * 32 >= min(L.DECODE_PROGRAMS_PER_SM * sms, 32 * (131072 // 64 // L.DECODE_MIN_BLOCKS))
     assert chunk % 64 == 0 and splits * chunk >= 131072 and (splits - 1) * chunk < 131072
-    assert A._decode_splits(4096, 8192, 64, cuda_like)[0] == 1  # plenty of (batch, head) pairs
-    assert A._decode_splits(1, 100, 64, cuda_like) == (1, 128)  # too short to split
+    assert L._decode_splits(4096, 8192, 64, cuda_like)[0] == 1  # plenty of (batch, head) pairs
+    assert L._decode_splits(1, 100, 64, cuda_like) == (1, 128)  # too short to split
 
 
 def test_attention_row_without_visible_key_is_zero_with_lse_minus_inf(device):
@@ -122,14 +125,14 @@ def test_flash_attention_lse_gradient_flows(device):
 
 
 def test_flash_attention_atomic_dq_path_matches_reference(monkeypatch, device):
-    monkeypatch.setattr(A, "ATOMIC_DQ", True)
+    monkeypatch.setattr(L, "ATOMIC_DQ", True)
     cases = ["gqa_4_over_2_causal", "sq40_sk17_causal"]
     report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=(torch.float16,), device=device)
     assert report.passed, report.summary()
 
 
 def test_flash_attention_deterministic_backward_is_bitwise_and_matches_atomic_path(monkeypatch, device):
-    monkeypatch.setattr(A, "ATOMIC_DQ", True)
+    monkeypatch.setattr(L, "ATOMIC_DQ", True)
     q, k, v = _qkv(1, 4, 2, 37, 29, 32, device, dtype=torch.float16, grad=True, seed=5)
     dy = torch.randn(1, 4, 37, 32, device=device).half()
     grads = []
@@ -159,7 +162,9 @@ def test_gqa_equals_repeated_heads(device):
 
 def test_attention_empty_inputs_launch_nothing(forbid_launch, device):
     for name in KERNELS:
-        forbid_launch(A, name)
+        forbid_launch(L, name)
+    with pytest.raises(AssertionError, match="kernel launched"):  # the patch reaches the launcher
+        flash_attention(*_qkv(1, 2, 2, 4, 4, 32, device))
     for b, hq, sq, sk in [(0, 2, 4, 4), (1, 2, 0, 4), (1, 2, 4, 0), (1, 0, 4, 4)]:
         q, k, v = _qkv(b, hq, hq, sq, sk, 32, device, grad=True)
         out, lse = flash_attention(q, k, v, causal=True, return_lse=True)

@@ -9,6 +9,9 @@ from roofkit.harness.spec import case
 from roofkit.harness.verify import verify_op
 
 quant = importlib.import_module("roofkit.ops.quant")
+# Launch settings, kernels and private helpers live in the submodule that reads them; patch them there.
+affine = importlib.import_module("roofkit.ops.quant.affine")
+gemm = importlib.import_module("roofkit.ops.quant.gemm")
 from roofkit.ops.quant import dequantize, int8_matmul, quantize, scaled_mm  # noqa: E402
 
 pytestmark = pytest.mark.quant
@@ -59,13 +62,13 @@ def test_gemm_tensor_descriptor_path_matches_reference(spec_name, monkeypatch, d
     # The interpreter runs the TMA (tensor-descriptor) branch too when forced: same indexing,
     # zero fill past the edges, b read as its (N, K) transpose.
     spec = getattr(quant, spec_name)
-    monkeypatch.setattr(quant, "TMA_MODE", "force")
+    monkeypatch.setattr(gemm, "TMA_MODE", "force")
     c = spec.case("kmajor_b_row_col_40x48x64")
     inp = spec.make_inputs(c, spec.dtypes[0], torch.Generator().manual_seed(0), device)
-    assert quant._tma_ok(inp.args[0], inp.args[1])
+    assert gemm._tma_ok(inp.args[0], inp.args[1])
     c2 = spec.case("row_major_b_40x48x64")
     inp2 = spec.make_inputs(c2, spec.dtypes[0], torch.Generator().manual_seed(0), device)
-    assert not quant._tma_ok(inp2.args[0], inp2.args[1])
+    assert not gemm._tma_ok(inp2.args[0], inp2.args[1])
     report = verify_op(spec, cases=_TMA_CASES, seeds=2, device=device)
     assert report.passed, report.summary()
 
@@ -73,14 +76,14 @@ def test_gemm_tensor_descriptor_path_matches_reference(spec_name, monkeypatch, d
 def test_gemm_layout_choice_of_tma_mode(monkeypatch, device):
     a = torch.zeros(64, 32, dtype=torch.int8, device=device)
     b = torch.zeros(48, 32, dtype=torch.int8, device=device).t()
-    monkeypatch.setattr(quant, "TMA_MODE", "off")
-    assert not quant._tma_ok(a, b)
-    monkeypatch.setattr(quant, "TMA_MODE", "force")
-    assert quant._tma_ok(a, b)
-    assert not quant._tma_ok(a[:, 1:], b[1:])  # misaligned rows: pointer path
+    monkeypatch.setattr(gemm, "TMA_MODE", "off")
+    assert not gemm._tma_ok(a, b)
+    monkeypatch.setattr(gemm, "TMA_MODE", "force")
+    assert gemm._tma_ok(a, b)
+    assert not gemm._tma_ok(a[:, 1:], b[1:])  # misaligned rows: pointer path
     if not torch.cuda.is_available():
-        monkeypatch.setattr(quant, "TMA_MODE", "auto")
-        assert not quant._tma_ok(a, b)  # never on the interpreter by default
+        monkeypatch.setattr(gemm, "TMA_MODE", "auto")
+        assert not gemm._tma_ok(a, b)  # never on the interpreter by default
 
 
 # ----------------------------------------------------------------------------- quantize properties
@@ -157,10 +160,10 @@ def test_quantize_many_splits_agree_with_one(monkeypatch, device):
     x = _randn((64, 40), device, scale=3.0, seed=3)
     x[50, 3] = 40.0
     x[5, 30] = -17.0
-    monkeypatch.setattr(quant, "ELEMWISE_TILE", 64)
-    monkeypatch.setattr(quant, "MINMAX_PROGRAMS_PER_SM", 0)
+    monkeypatch.setattr(affine, "ELEMWISE_TILE", 64)
+    monkeypatch.setattr(affine, "MINMAX_PROGRAMS_PER_SM", 0)
     one = quantize(x)
-    monkeypatch.setattr(quant, "MINMAX_PROGRAMS_PER_SM", 64)
+    monkeypatch.setattr(affine, "MINMAX_PROGRAMS_PER_SM", 64)
     many = quantize(x)
     ref = quant.quantize_torch(x)
     for a, b, r in zip(one, many, ref):
@@ -168,10 +171,10 @@ def test_quantize_many_splits_agree_with_one(monkeypatch, device):
 
 
 def test_tile_heuristic_puts_the_long_edge_on_the_unit_stride_dimension():
-    assert quant._tile3((1, 1, 5000), (5000, 5000, 1)) == [1, 1, 1024]
-    assert quant._tile3((8192, 4096, 1), (4096, 1, 1)) == [4, 1024, 1]
-    assert quant._tile3((300, 1, 200), (1, 300, 300)) == [512, 1, 8]
-    assert quant._tile3((3, 5, 7), (35, 7, 1)) == [4, 8, 8]
+    assert affine._tile3((1, 1, 5000), (5000, 5000, 1)) == [1, 1, 1024]
+    assert affine._tile3((8192, 4096, 1), (4096, 1, 1)) == [4, 1024, 1]
+    assert affine._tile3((300, 1, 200), (1, 300, 300)) == [512, 1, 8]
+    assert affine._tile3((3, 5, 7), (35, 7, 1)) == [4, 8, 8]
 
 
 # ----------------------------------------------------------------------------- GEMM properties
@@ -206,8 +209,8 @@ def test_scaled_mm_per_row_and_column_scales_apply_to_rows_and_columns(fmt, devi
 
 @pytest.mark.parametrize("op", ["int8", "fp8"])
 def test_gemm_k0_gives_bias_or_zeros_without_launch(op, forbid_launch, device):
-    forbid_launch(quant, "_qmm_kernel")
-    forbid_launch(quant, "_int8_rowsum_kernel")
+    forbid_launch(gemm, "_qmm_kernel")
+    forbid_launch(gemm, "_int8_rowsum_kernel")
     bias = _randn((6,), device)
     one = torch.ones((), device=device)
     if op == "int8":
@@ -226,9 +229,9 @@ def test_gemm_k0_gives_bias_or_zeros_without_launch(op, forbid_launch, device):
 
 
 def test_empty_inputs_return_empty_without_launch(forbid_launch, device):
-    for name in ("_qmm_kernel", "_int8_rowsum_kernel", "_quantize_minmax_kernel", "_quantize_params_kernel",
-                 "_quantize_kernel", "_dequantize_kernel"):
-        forbid_launch(quant, name)
+    for module, name in ((gemm, "_qmm_kernel"), (gemm, "_int8_rowsum_kernel"), (affine, "_quantize_minmax_kernel"),
+                         (affine, "_quantize_params_kernel"), (affine, "_quantize_kernel"), (affine, "_dequantize_kernel")):
+        forbid_launch(module, name)
     one = torch.ones((), device=device)
     out = int8_matmul(torch.empty(0, 4, dtype=torch.int8, device=device), torch.empty(4, 3, dtype=torch.int8, device=device),
                       torch.ones(0, 1, device=device), None, one, None)
@@ -293,12 +296,12 @@ def test_costs_hand_computed():
 
 
 def test_gemm_launch_heuristic(monkeypatch):
-    monkeypatch.setattr(quant, "interpreter_active", lambda: False)
+    monkeypatch.setattr(gemm, "interpreter_active", lambda: False)
     cuda = torch.device("cuda")
-    assert quant._gemm_config(8192, 8192, 8192, cuda) == quant.GemmConfig(128, 256, 128, 8, 8, 4)
-    assert quant._gemm_config(16, 14336, 4096, cuda).BLOCK_M == 64
-    assert quant._gemm_config(500, 300, 40, cuda).BLOCK_K == 64
-    assert quant._gemm_config(8192, 8192, 8192, torch.device("cpu")) == quant.INTERPRETER_CONFIG
+    assert gemm._gemm_config(8192, 8192, 8192, cuda) == quant.GemmConfig(128, 256, 128, 8, 8, 4)
+    assert gemm._gemm_config(16, 14336, 4096, cuda).BLOCK_M == 64
+    assert gemm._gemm_config(500, 300, 40, cuda).BLOCK_K == 64
+    assert gemm._gemm_config(8192, 8192, 8192, torch.device("cpu")) == quant.INTERPRETER_CONFIG
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -14,7 +14,7 @@ The kernels and their launch forms (TMA-descriptor persistent, pointer, split-K)
 ``_gemm.py``; this module chooses among them (``_launch_config``, the documented default, or the
 verified autotuner of ``_autotune.py``) and holds the public API, the custom ops and the spec.
 Verified on the H200 (2026-11-30, all dtypes) and on CPU through the interpreter (bf16 operands
-are upcast to fp32 there: the interpreter cannot multiply bf16). fp8 / int8 GEMMs: ``quant.py``.
+are upcast to fp32 there: the interpreter cannot multiply bf16). fp8 / int8 GEMMs: ``quant/gemm.py``.
 Source: the classic tiled GEMM with grouped tile order (Triton's matmul tutorial describes the
 L2-grouping idea); torch.addmm semantics for alpha / beta / c.
 """

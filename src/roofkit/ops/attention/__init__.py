@@ -1,0 +1,53 @@
+"""Exact attention (FlashAttention-style): forward, backward, causal (bottom-right), GQA, split-KV.
+
+    out = softmax(scale * q @ k^T + mask) @ v,    lse = log(sum_j exp(scale * q . k_j)) per row
+
+Layout (B, H, S, D), any strides. Query head h reads key/value head h // (Hq // Hkv) (GQA/MQA).
+Causal masking is aligned to the bottom-right corner (FlashAttention 2.1): query i sees key j
+when j <= i + Sk - Sq; a query row that sees no key gives an output of zeros and lse -inf.
+
+Program mapping.
+- Forward (``_attn_fwd_kernel``): one program per (batch x query head, BLOCK_M query rows); Q
+  stays in registers while the program walks the visible KV blocks with the online-softmax
+  recurrence in base 2 (log2(e) folded into the scale): running max, rescaled sum and an fp32
+  output accumulator, normalized once at the end. The KV loop is split into an unmasked part
+  (blocks every row sees) and a masked part (the causal diagonal and the ragged last block);
+  fully masked blocks are never visited. The grid's second axis runs the query blocks from the
+  last (heaviest under causal masking) to the first, so the longest programs start first.
+- Decoding (``_attn_decode_kernel`` + ``_attn_decode_combine_kernel``): when a GQA group's query
+  rows (G * Sq) fit one tile, one program owns one chunk of the KV sequence of one (batch, kv
+  head) and all query rows of that kv head's group, so K and V are read once per kv head; it
+  writes a partial (output, lse) in fp32, and a combining kernel in the same stream merges the
+  chunks. The number of chunks is chosen from the shape and the SM count.
+- Backward: a preprocess kernel (delta = rowsum(dO * O) - dlse, fp32); ``_attn_bwd_dkdv_kernel``
+  with one program per (batch x kv head, BLOCK_N keys) that keeps its K, V tile on chip, loops
+  over the query heads of its group and their visible query blocks, recomputes P from the saved
+  lse and accumulates dK and dV in fp32 (GQA sums in a fixed order: deterministic). dQ comes from
+  ``_attn_bwd_dq_kernel`` (one program per query block looping over KV blocks, no atomics:
+  bitwise reproducible; the default, measured faster), or, with the module switch
+  ``ATOMIC_DQ = True`` and ``deterministic=False``, accumulates in the dK/dV program with fp32
+  atomics. No (Sq, Sk) matrix is ever stored.
+Source: Dao et al., "FlashAttention" (2022) and "FlashAttention-2" (2023); Dao et al.,
+"Flash-Decoding for long-context inference" (2023); Milakov & Gimelshein (2018, online softmax).
+
+Package layout: ``_kernels.py`` (the @triton.jit kernels), ``_launch.py`` (tile configs, the
+module switches ATOMIC_DQ / DECODE_*, host launchers), ``api.py`` (checks, custom ops, autograd,
+public functions), ``spec.py`` (references, cost, torch baselines, cases, specs).
+"""
+
+from ._launch import Config
+from .api import flash_attention, scaled_dot_product_attention
+from .spec import (
+    CASES,
+    FLASH_ATTENTION_SPEC,
+    SDPA_SPEC,
+    SPECS,
+    SUITES,
+    attention_cost,
+    flash_attention_reference,
+    scaled_dot_product_attention_reference,
+)
+
+__all__ = ["scaled_dot_product_attention", "flash_attention",
+           "scaled_dot_product_attention_reference", "flash_attention_reference", "attention_cost",
+           "Config", "CASES", "SUITES", "SDPA_SPEC", "FLASH_ATTENTION_SPEC", "SPECS"]

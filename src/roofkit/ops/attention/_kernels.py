@@ -1,0 +1,447 @@
+"""Attention's Triton kernels (``@triton.jit`` only): forward, split-KV decode + combine, backward
+preprocess / dK-dV / dQ. The program mapping is described in the package docstring; the host
+launchers and tile configurations are in ``_launch.py``."""
+
+import triton
+import triton.language as tl
+
+from .._jit import _round_for_store
+
+
+@triton.jit
+def _mma(a, b, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b with fp32 accumulation. IEEE: exact fp32 products for fp32 inputs (not tf32).
+    UPCAST: bf16 operands converted to fp32 first (the interpreter cannot multiply bf16)."""
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    if IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _attn_fwd_inner(
+    acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
+    MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Online softmax over the KV blocks [lo, hi). MASK: apply the key bound and the causal
+    diagonal (and guard rows that have seen nothing yet: max -inf)."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        if MASK:
+            kv_mask = offs_n[:, None] < Sk
+            if not EVEN_D:
+                kv_mask = kv_mask & (offs_d[None, :] < D)
+            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd)
+            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd)
+        else:
+            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                        mask=offs_d[None, :] < D, other=0.0)
+            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                        mask=offs_d[None, :] < D, other=0.0)
+        s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
+        if MASK:
+            ok = offs_n[None, :] < Sk
+            if IS_CAUSAL:
+                ok = ok & (offs_n[None, :] <= offs_m[:, None] + diag)
+            s = tl.where(ok, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        if MASK:
+            # A row that has seen no visible key keeps max -inf: subtract 0 instead (every p is 0).
+            m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, IEEE, UPCAST)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, o32_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    Hq, G, Sq, Sk, D, qk_scale,
+    IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Output rows [BLOCK_M, D] and their base-2 lse for one (batch, query head, query block);
+    tiles Q [BLOCK_M, BLOCK_D] (registers), K and V [BLOCK_N, BLOCK_D] per step. STORE_O32: also
+    the unrounded output (contiguous fp32) for the backward's delta."""
+    pid_bh = tl.program_id(0)
+    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)  # heaviest (last) query blocks first
+    b = (pid_bh // Hq).to(tl.int64)
+    h = (pid_bh % Hq).to(tl.int64)
+    hk = h // G
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
+    o_base = o_ptr + b * stride_ob + h * stride_oh
+
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+    io_mask = (offs_m[:, None] < Sq) & (offs_d[None, :] < D)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=io_mask, other=0.0)
+
+    diag = Sk - Sq
+    if IS_CAUSAL:
+        hi = tl.minimum(Sk, tl.maximum(m0 + BLOCK_M + diag, 0))
+        n_full = tl.minimum(tl.maximum(m0 + diag + 1, 0) // BLOCK_N, Sk // BLOCK_N) * BLOCK_N
+    else:
+        hi = Sk
+        n_full = (Sk // BLOCK_N) * BLOCK_N
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                                    offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
+                                    False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
+    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                                    offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
+                                    True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
+    dead = l_i == 0.0
+    l_safe = tl.where(dead, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse2 = tl.where(dead, -float("inf"), m_i + tl.math.log2(l_safe))
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+             _round_for_store(out, o_ptr, BF16_RNE), mask=io_mask)
+    rows = pid_bh.to(tl.int64) * Sq + offs_m
+    tl.store(lse_ptr + rows, lse2, mask=offs_m < Sq)
+    if STORE_O32:
+        tl.store(o32_ptr + rows[:, None] * D + offs_d[None, :], out, mask=io_mask)
+
+
+@triton.jit
+def _attn_decode_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, o32_ptr, po_ptr, plse_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    Hkv, G, Sq, Sk, D, qk_scale, CHUNK, SPLITS,
+    IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BF16_RNE: tl.constexpr, FINAL: tl.constexpr, STORE_O32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """One KV chunk [CHUNK keys] of one (batch, kv head) against all G * Sq query rows of the
+    group (row r: head h = hk * G + r // Sq, query r % Sq); tiles Q [BLOCK_M, BLOCK_D], K and V
+    [BLOCK_N, BLOCK_D]. FINAL (one chunk): writes out and base-2 lse (and the fp32 output when
+    STORE_O32); else fp32 partials (normalized output, base-2 lse) for the combining kernel."""
+    pid_bh = tl.program_id(0)
+    split = tl.program_id(1)
+    b = (pid_bh // Hkv).to(tl.int64)
+    hk = (pid_bh % Hkv).to(tl.int64)
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows < G * Sq
+    g = rows // Sq
+    qi = rows % Sq
+    h = hk * G + g
+    offs_d = tl.arange(0, BLOCK_D)
+    io_mask = row_ok[:, None] & (offs_d[None, :] < D)
+    q = tl.load(q_ptr + b * stride_qb + h[:, None] * stride_qh + qi[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=io_mask, other=0.0)
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
+
+    diag = Sk - Sq
+    lo = split * CHUNK
+    hi = tl.minimum(Sk, lo + CHUNK)
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < hi
+        kv_mask = key_ok[:, None]
+        if not EVEN_D:
+            kv_mask = kv_mask & (offs_d[None, :] < D)
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
+        ok = key_ok[None, :]
+        if IS_CAUSAL:
+            ok = ok & (offs_n[None, :] <= qi[:, None] + diag)
+        s = tl.where(ok, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, IEEE, UPCAST)
+        m_i = m_new
+    dead = l_i == 0.0
+    l_safe = tl.where(dead, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse2 = tl.where(dead, -float("inf"), m_i + tl.math.log2(l_safe))
+    row = (b * Hkv * G + h) * Sq + qi  # (batch, query head, query) row index
+    if FINAL:
+        tl.store(o_ptr + b * stride_ob + h[:, None] * stride_oh + qi[:, None] * stride_om + offs_d[None, :] * stride_od,
+                 _round_for_store(out, o_ptr, BF16_RNE), mask=io_mask)
+        tl.store(lse_ptr + row, lse2, mask=row_ok)
+        if STORE_O32:
+            tl.store(o32_ptr + row[:, None] * D + offs_d[None, :], out, mask=io_mask)
+    else:
+        part = row * SPLITS + split
+        tl.store(po_ptr + part[:, None] * D + offs_d[None, :], out, mask=io_mask)
+        tl.store(plse_ptr + part, lse2, mask=row_ok)
+
+
+@triton.jit
+def _attn_decode_combine_kernel(
+    po_ptr, plse_ptr, o_ptr, lse_ptr, o32_ptr,
+    stride_ob, stride_oh, stride_om, stride_od,
+    Hq, Sq, D, SPLITS,
+    BF16_RNE: tl.constexpr, STORE_O32: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Merge the SPLITS partial (output, lse) of one query row: weights 2^(lse_s - max); a row
+    no chunk saw keeps output 0 and lse -inf. Tile [BLOCK_S, BLOCK_D]."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    lse_s = tl.load(plse_ptr + row * SPLITS + s, mask=s < SPLITS, other=-float("inf"))
+    m = tl.max(lse_s, axis=0)
+    m_use = tl.where(m == -float("inf"), 0.0, m)
+    w = tl.math.exp2(lse_s - m_use)
+    part = tl.load(po_ptr + (row * SPLITS + s)[:, None] * D + offs_d[None, :],
+                   mask=(s[:, None] < SPLITS) & (offs_d[None, :] < D), other=0.0)
+    total = tl.sum(w, axis=0)
+    dead = total == 0.0
+    t_safe = tl.where(dead, 1.0, total)
+    out = tl.sum(part * w[:, None], axis=0) / t_safe
+    lse2 = tl.where(dead, -float("inf"), m_use + tl.math.log2(t_safe))
+    b = row // (Hq * Sq)
+    h = (row // Sq) % Hq
+    qi = row % Sq
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + qi * stride_om + offs_d * stride_od,
+             _round_for_store(out, o_ptr, BF16_RNE), mask=offs_d < D)
+    tl.store(lse_ptr + row, lse2)
+    if STORE_O32:
+        tl.store(o32_ptr + row * D + offs_d, out, mask=offs_d < D)
+
+
+@triton.jit
+def _attn_bwd_preprocess_kernel(
+    o_ptr, do_ptr, dlse_ptr, delta_ptr,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    Hq, Sq, D,
+    HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """delta = rowsum(dO * O) - dlse2 * log2(e) (fp32) for BLOCK_M rows of one (batch, head);
+    tile [BLOCK_M, BLOCK_D]. (dlse2: the gradient reaching the base-2 lse, when lse is used
+    downstream: d lse2 / d s = P / ln 2.)"""
+    pid_bh = tl.program_id(0)
+    b = (pid_bh // Hq).to(tl.int64)
+    h = (pid_bh % Hq).to(tl.int64)
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m[:, None] < Sq) & (offs_d[None, :] < D)
+    o = tl.load(o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+                mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=mask, other=0.0).to(tl.float32)
+    delta = tl.sum(o * do, axis=1)
+    rows = pid_bh.to(tl.int64) * Sq + offs_m
+    if HAS_DLSE:
+        delta -= tl.load(dlse_ptr + rows, mask=offs_m < Sq, other=0.0) * 1.4426950408889634
+    tl.store(delta_ptr + rows, delta, mask=offs_m < Sq)
+
+
+@triton.jit
+def _attn_bwd_dkdv_inner(
+    dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, delta_base,
+    stride_qm, stride_qd, stride_dom, stride_dod,
+    lo, hi, Sq, Sk, D, diag, sm_scale, qk_scale,
+    MASK: tl.constexpr, MASK_KEYS: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """dK, dV contributions of the query blocks [lo, hi) of one head (transposed tiles: keys x
+    queries). MASK: causal diagonal; MASK_KEYS: the ragged last key block. ATOMIC_DQ: also adds
+    this block's dQ share to the fp32 buffer with atomics."""
+    offs_d = tl.arange(0, BLOCK_D)
+    for m0 in range(lo, hi, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < Sq
+        if EVEN_D:
+            io_mask = row_ok[:, None]
+        else:
+            io_mask = row_ok[:, None] & (offs_d[None, :] < D)
+        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=io_mask, other=0.0)
+        do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=io_mask, other=0.0)
+        # Rows past Sq and rows that saw no key (lse -inf) get lse +inf: their P is exactly 0.
+        lse2 = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
+        lse2 = tl.where(lse2 == -float("inf"), float("inf"), lse2)
+        delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+        s_t = _mma(k, tl.trans(q), IEEE, UPCAST) * qk_scale
+        p_t = tl.math.exp2(s_t - lse2[None, :])
+        if MASK:
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + diag, p_t, 0.0)
+        if MASK_KEYS:
+            p_t = tl.where(offs_n[:, None] < Sk, p_t, 0.0)
+        dv += _mma(p_t.to(do.dtype), do, IEEE, UPCAST)
+        dp_t = _mma(v, tl.trans(do), IEEE, UPCAST)
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk += _mma(ds_t, q, IEEE, UPCAST)
+        if ATOMIC_DQ:
+            dq = _mma(tl.trans(ds_t), k, IEEE, UPCAST) * sm_scale
+            tl.atomic_add(dq_base + offs_m[:, None] * D + offs_d[None, :], dq,
+                          mask=row_ok[:, None] & (offs_d[None, :] < D), sem="relaxed")
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    Hkv, G, Sq, Sk, D, sm_scale, qk_scale,
+    IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """dK, dV [BLOCK_N, D] of one (batch, kv head, key block), summed over the G query heads of
+    the group in order; K, V tiles [BLOCK_N, BLOCK_D] stay on chip, Q/dO [BLOCK_M, BLOCK_D] per
+    step. dK and dV share strides (both allocated here)."""
+    pid_bh = tl.program_id(0)
+    n0 = tl.program_id(1) * BLOCK_N  # first key blocks see the most queries under causal masking
+    b = (pid_bh // Hkv).to(tl.int64)
+    hk = (pid_bh % Hkv).to(tl.int64)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_mask = (offs_n[:, None] < Sk) & (offs_d[None, :] < D)
+    k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    diag = Sk - Sq
+    if IS_CAUSAL:
+        # Queries before start_m see none of these keys; from m_full on they see all of them.
+        start_m = (tl.maximum(n0 - diag, 0) // BLOCK_M) * BLOCK_M
+        m_full = start_m + tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - diag - start_m, 0), BLOCK_M) * BLOCK_M
+        m_full = tl.minimum(m_full, tl.cdiv(Sq, BLOCK_M) * BLOCK_M)
+    else:
+        start_m = 0
+        m_full = 0
+    for g in range(0, G):
+        h = hk * G + g
+        bh = b * (Hkv * G) + h
+        q_base = q_ptr + b * stride_qb + h * stride_qh
+        do_base = do_ptr + b * stride_dob + h * stride_doh
+        dq_base = dq_ptr + bh * Sq * D
+        lse_base = lse_ptr + bh * Sq
+        delta_base = delta_ptr + bh * Sq
+        if IS_CAUSAL:
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, delta_base,
+                                          stride_qm, stride_qd, stride_dom, stride_dod,
+                                          start_m, m_full, Sq, Sk, D, diag, sm_scale, qk_scale,
+                                          True, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, BLOCK_M, BLOCK_D)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, delta_base,
+                                      stride_qm, stride_qd, stride_dom, stride_dod,
+                                      m_full, Sq, Sq, Sk, D, diag, sm_scale, qk_scale,
+                                      False, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, BLOCK_M, BLOCK_D)
+    dk = dk * sm_scale
+    out = b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
+    tl.store(dk_ptr + out, _round_for_store(dk, dk_ptr, BF16_RNE), mask=kv_mask)
+    tl.store(dv_ptr + out, _round_for_store(dv, dv_ptr, BF16_RNE), mask=kv_mask)
+
+
+@triton.jit
+def _attn_bwd_dq_inner(
+    dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
+    MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dQ (unscaled) over the KV blocks [lo, hi); MASK: key bound and causal diagonal."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = offs_n[:, None] < Sk
+        if not EVEN_D:
+            kv_mask = kv_mask & (offs_d[None, :] < D)
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
+        p = tl.math.exp2(s - lse2[:, None])
+        if MASK:
+            ok = offs_n[None, :] < Sk
+            if IS_CAUSAL:
+                ok = ok & (offs_n[None, :] <= offs_m[:, None] + diag)
+            p = tl.where(ok, p, 0.0)
+        dp = _mma(do, tl.trans(v), IEEE, UPCAST)
+        ds = (p * (dp - delta[:, None])).to(k.dtype)
+        dq += _mma(ds, k, IEEE, UPCAST)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+    Hq, G, Sq, Sk, D, sm_scale, qk_scale,
+    IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BF16_RNE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """dQ [BLOCK_M, D] of one (batch, query head, query block), looping over its visible KV
+    blocks (no atomics: the deterministic path); Q, dO [BLOCK_M, BLOCK_D] in registers."""
+    pid_bh = tl.program_id(0)
+    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    b = (pid_bh // Hq).to(tl.int64)
+    h = (pid_bh % Hq).to(tl.int64)
+    hk = h // G
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < Sq
+    io_mask = row_ok[:, None] & (offs_d[None, :] < D)
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=io_mask, other=0.0)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=io_mask, other=0.0)
+    rows = pid_bh.to(tl.int64) * Sq + offs_m
+    lse2 = tl.load(lse_ptr + rows, mask=row_ok, other=float("inf"))
+    lse2 = tl.where(lse2 == -float("inf"), float("inf"), lse2)
+    delta = tl.load(delta_ptr + rows, mask=row_ok, other=0.0)
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
+    diag = Sk - Sq
+    if IS_CAUSAL:
+        hi = tl.minimum(Sk, tl.maximum(m0 + BLOCK_M + diag, 0))
+        n_full = tl.minimum(tl.maximum(m0 + diag + 1, 0) // BLOCK_N, Sk // BLOCK_N) * BLOCK_N
+    else:
+        hi = Sk
+        n_full = (Sk // BLOCK_N) * BLOCK_N
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                            offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
+                            False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                            offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
+                            True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
+    dq = dq * sm_scale
+    tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+             _round_for_store(dq, dq_ptr, BF16_RNE), mask=io_mask)

@@ -1,0 +1,218 @@
+"""Attention's launch side: tile configurations, the module switches (ATOMIC_DQ, DECODE_*) and the
+host launchers of the forward (incl. split-KV decoding) and backward kernels. Tests monkeypatch
+the settings, config choosers and kernel names on this module: it is the one that reads them."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import triton
+
+from .._common import bf16_rne, interpreter_active, next_pow2, sm_count
+from ._kernels import (
+    _attn_bwd_dkdv_kernel,
+    _attn_bwd_dq_kernel,
+    _attn_bwd_preprocess_kernel,
+    _attn_decode_combine_kernel,
+    _attn_decode_kernel,
+    _attn_fwd_kernel,
+)
+
+LOG2E = 1.4426950408889634
+
+
+# ----------------------------------------------------------------------------- launch heuristic
+
+
+class Config(NamedTuple):
+    """Tile of one kernel: BLOCK_M query rows x BLOCK_N keys, warps and pipeline stages."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+
+
+# dQ with fp32 atomics inside the dK/dV kernel (True) or from its own kernel, no atomics (False:
+# bitwise reproducible, and measured faster on the H200: 355 vs 310 TFLOP/s for the backward of
+# b4 h16 s8448 d128 causal). ``deterministic=True`` always takes the atomic-free kernel.
+ATOMIC_DQ = False
+
+# Decoding (split-KV) is taken when a GQA group's query rows fit one tile of at most
+# DECODE_MAX_ROWS rows and the KV sequence has at least DECODE_MIN_SK keys.
+DECODE_MAX_ROWS = 64
+DECODE_MIN_SK = 512
+# Split-KV: aim for this many programs per SM in all, each with at least DECODE_MIN_BLOCKS KV blocks.
+DECODE_PROGRAMS_PER_SM = 4
+DECODE_MIN_BLOCKS = 4
+
+
+def _fwd_config(d_pad: int, causal: bool, dtype: torch.dtype, sq: int) -> Config:
+    """Forward tiles, from a sweep on the H200 (bf16, 2026-11-30): d <= 64: 128 x 64 keys, 8 warps,
+    3 stages (339 TFLOP/s causal s2048 vs 316 with 4 warps); d <= 128: causal 128 x 64, 8 warps,
+    4 stages (470), non-causal 256 x 64, 8 warps, 3 stages (491; 128 x 128: 482); d = 256:
+    64 x 64, 4 warps, 2 stages (the shared-memory ring and the accumulator grow with d); fp32
+    inputs (IEEE dots) 64 x 32. Short query sequences shrink BLOCK_M. Interpreter: 16 x 16."""
+    if interpreter_active():
+        return Config(16, 16, 4, 1)
+    if dtype == torch.float32:
+        cfg = Config(64, 32, 4, 2)
+    elif d_pad <= 64:
+        cfg = Config(128, 64, 8, 3)
+    elif d_pad <= 128:
+        cfg = Config(128, 64, 8, 4) if causal else Config(256, 64, 8, 3)
+    else:
+        cfg = Config(64, 64, 4, 2)
+    bm = min(cfg.BLOCK_M, max(16, next_pow2(sq)))
+    return cfg._replace(BLOCK_M=bm, num_warps=min(cfg.num_warps, max(4, bm // 16)))
+
+
+def _bwd_config(d_pad: int, dtype: torch.dtype) -> tuple[Config, Config]:
+    """(dK/dV kernel: BLOCK_M query rows per step x BLOCK_N keys per program,
+    dQ kernel: BLOCK_M query rows per program x BLOCK_N keys per step)."""
+    if interpreter_active():
+        return Config(16, 16, 4, 1), Config(16, 16, 4, 1)
+    if dtype == torch.float32:
+        return Config(32, 64, 4, 2), Config(64, 32, 4, 2)
+    if d_pad <= 128:  # H200 sweep, b4 h16 s8448 d128 causal backward: 355 TFLOP/s (2 stages: 317)
+        return Config(64, 128, 8, 3), Config(128, 64, 8, 3)
+    return Config(32, 64, 4, 2), Config(64, 32, 4, 2)
+
+
+def _decode_config(d_pad: int, dtype: torch.dtype, rows: int) -> Config:
+    """Split-KV tile: BLOCK_M covers the group's query rows (>= 16 for tl.dot); 64 keys per step
+    (32 for d = 256 or fp32), 4 warps, 4 stages so that several K/V loads are in flight."""
+    bm = max(16, next_pow2(rows))
+    if interpreter_active():
+        return Config(bm, 16, 4, 1)
+    bn = 32 if (d_pad > 128 or dtype == torch.float32) else 64
+    return Config(bm, bn, 4, 3 if d_pad > 128 else 4)
+
+
+def _use_decode(g: int, sq: int, sk: int) -> bool:
+    return g * sq <= DECODE_MAX_ROWS and sk >= DECODE_MIN_SK
+
+
+def _decode_splits(pairs: int, sk: int, block_n: int, device: torch.device) -> tuple[int, int]:
+    """(number of KV chunks, chunk length in keys, a multiple of block_n): enough programs for
+    DECODE_PROGRAMS_PER_SM per SM, each chunk at least DECODE_MIN_BLOCKS blocks long."""
+    n_blocks = triton.cdiv(sk, block_n)
+    want = triton.cdiv(DECODE_PROGRAMS_PER_SM * sm_count(device), max(1, pairs))
+    splits = max(1, min(want, n_blocks // DECODE_MIN_BLOCKS))
+    per = triton.cdiv(n_blocks, splits)
+    return triton.cdiv(n_blocks, per), per * block_n
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def _flags(q: torch.Tensor, d: int, d_pad: int) -> dict:
+    return dict(
+        EVEN_D=d == d_pad,
+        IEEE=q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and interpreter_active()),
+        UPCAST=q.dtype == torch.bfloat16 and interpreter_active(),
+    )
+
+
+def _head_dim_pad(d: int) -> int:
+    return max(16, next_pow2(d))
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, keep_fp32: bool):
+    """(out [B, Hq, Sq, D] in q's dtype, base-2 lse [B, Hq, Sq] fp32, fp32 out or an empty
+    tensor): the fp32 copy of the output (``keep_fp32``) lets the backward form delta =
+    rowsum(dO * O) from the unrounded O. Empty inputs launch nothing."""
+    B, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    out = torch.empty((B, hq, sq, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, hq, sq), dtype=torch.float32, device=q.device)
+    o32 = torch.empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse, o32
+    if sk == 0:  # no key at all: every row sees nothing
+        return out.zero_(), lse.fill_(-math.inf), o32.zero_()
+    g = hq // hkv
+    d_pad = _head_dim_pad(d)
+    qk_scale = scale * LOG2E
+    flags = _flags(q, d, d_pad)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
+    if _use_decode(g, sq, sk):
+        cfg = _decode_config(d_pad, q.dtype, g * sq)
+        splits, chunk = _decode_splits(B * hkv, sk, cfg.BLOCK_N, q.device)
+        if splits > 1:
+            po = torch.empty((B * hq * sq, splits, d), dtype=torch.float32, device=q.device)
+            plse = torch.empty((B * hq * sq, splits), dtype=torch.float32, device=q.device)
+        else:
+            po = plse = lse  # unused
+        _attn_decode_kernel[(B * hkv, splits)](
+            q, k, v, out, lse, o32, po, plse, *strides, hkv, g, sq, sk, d, qk_scale, chunk, splits,
+            IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O32=keep_fp32,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+        )
+        if splits > 1:
+            _attn_decode_combine_kernel[(B * hq * sq,)](
+                po, plse, out, lse, o32, *out.stride(), hq, sq, d, splits,
+                BF16_RNE=bf16_rne(q.dtype), STORE_O32=keep_fp32, BLOCK_S=next_pow2(splits), BLOCK_D=d_pad,
+                num_warps=4,
+            )
+        return out, lse, o32
+    cfg = _fwd_config(d_pad, causal, q.dtype, sq)
+    use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * d) >= 2**31
+    grid = (B * hq, triton.cdiv(sq, cfg.BLOCK_M))
+    _attn_fwd_kernel[grid](
+        q, k, v, out, lse, o32, *strides, hq, g, sq, sk, d, qk_scale,
+        IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+    )
+    return out, lse, o32
+
+
+def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, deterministic: bool):
+    """(dq, dk, dv) in the input dtype, shaped like q, k, v. ``out``: the forward output (fp32
+    when kept), ``lse``: base-2, ``dlse``: gradient of the base-2 lse or None."""
+    B, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    if q.numel() == 0 or k.numel() == 0:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    g = hq // hkv
+    d_pad = _head_dim_pad(d)
+    flags = _flags(q, d, d_pad)
+    rne = bf16_rne(q.dtype)
+    delta = torch.empty((B, hq, sq), dtype=torch.float32, device=q.device)
+    pre_m = 64 if not interpreter_active() else 16
+    has_dlse = dlse is not None
+    _attn_bwd_preprocess_kernel[(B * hq, triton.cdiv(sq, pre_m))](
+        out, do, dlse.contiguous() if has_dlse else lse, delta, *out.stride(), *do.stride(), hq, sq, d,
+        HAS_DLSE=has_dlse, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
+    )
+    kv_cfg, q_cfg = _bwd_config(d_pad, q.dtype)
+    dk = torch.empty((B, hkv, sk, d), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, hkv, sk, d), dtype=q.dtype, device=q.device)
+    deterministic = deterministic or not ATOMIC_DQ
+    if deterministic:
+        dq = torch.empty((B, hq, sq, d), dtype=q.dtype, device=q.device)
+        dq_acc = dq  # not touched by the dK/dV kernel
+    else:
+        dq_acc = torch.zeros((B, hq, sq, d), dtype=torch.float32, device=q.device)
+    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    _attn_bwd_dkdv_kernel[(B * hkv, triton.cdiv(sk, kv_cfg.BLOCK_N))](
+        q, k, v, do, lse, delta, dk, dv, dq_acc, *common, *dk.stride(),
+        hkv, g, sq, sk, d, scale, scale * LOG2E,
+        IS_CAUSAL=causal, ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne,
+        BLOCK_M=kv_cfg.BLOCK_M, BLOCK_N=kv_cfg.BLOCK_N, BLOCK_D=d_pad,
+        num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **flags,
+    )
+    if deterministic:
+        _attn_bwd_dq_kernel[(B * hq, triton.cdiv(sq, q_cfg.BLOCK_M))](
+            q, k, v, do, lse, delta, dq, *common, *dq.stride(),
+            hq, g, sq, sk, d, scale, scale * LOG2E,
+            IS_CAUSAL=causal, BF16_RNE=rne,
+            BLOCK_M=q_cfg.BLOCK_M, BLOCK_N=q_cfg.BLOCK_N, BLOCK_D=d_pad,
+            num_warps=q_cfg.num_warps, num_stages=q_cfg.num_stages, **flags,
+        )
+        return dq, dk, dv
+    return dq_acc.to(q.dtype), dk, dv

@@ -1,0 +1,386 @@
+"""Attention's harness declarations: float64 references, cost model, torch baselines, inputs,
+cases, suites and the two OpSpecs (SDPA_SPEC, FLASH_ATTENTION_SPEC; SPECS in that order)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from ...harness import baselines
+from ...harness.inputs import random_tensor
+from ...harness.spec import Cost, Inputs, OpSpec, case
+from ._launch import ATOMIC_DQ
+from .api import flash_attention, scaled_dot_product_attention
+
+
+# ----------------------------------------------------------------------------- reference, cost
+
+
+def _visible(sq: int, sk: int, causal: bool, device) -> torch.Tensor | None:
+    """Boolean (Sq, Sk) mask of visible pairs (bottom-right causal), or None when all are visible."""
+    if not causal:
+        return None
+    i = torch.arange(sq, device=device)[:, None]
+    j = torch.arange(sk, device=device)[None, :]
+    return j <= i + (sk - sq)
+
+
+def _expand_kv(t: torch.Tensor, hq: int) -> torch.Tensor:
+    return t if t.shape[1] == hq else t.repeat_interleave(hq // t.shape[1], dim=1)
+
+
+def _reference_chunk(q, k, v, causal: bool, scale: float):
+    s = (q @ k.transpose(-1, -2)) * scale
+    mask = _visible(q.shape[-2], k.shape[-2], causal, q.device)
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    m = s.amax(dim=-1, keepdim=True) if s.shape[-1] else s.new_full(s.shape[:-1] + (1,), -math.inf)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    p = torch.exp(s - m)
+    l = p.sum(dim=-1, keepdim=True)
+    out = (p @ v) / torch.where(l > 0, l, torch.ones_like(l))
+    lse = (torch.log(l) + m).squeeze(-1)
+    return out, lse
+
+
+# Score elements per reference chunk (float64): large benchmark shapes (b4 h16 s8448) would need
+# tens of GB of scores at once; chunks over (batch x head) with checkpointing bound that.
+_REF_CHUNK_ELEMS = 1 << 28
+
+
+def _attention_reference(q, k, v, causal: bool, scale, need_lse: bool):
+    B, hq, sq, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    k, v = _expand_kv(k, hq), _expand_kv(v, hq)
+    qf, kf, vf = (t.reshape(B * hq, t.shape[2], d) for t in (q, k, v))
+    per = max(1, _REF_CHUNK_ELEMS // max(1, sq * k.shape[2]))
+    outs, lses = [], []
+    for a in range(0, B * hq, per):
+        args = (qf[a:a + per], kf[a:a + per], vf[a:a + per])
+        if B * hq > per and torch.is_grad_enabled():
+            o, lse = checkpoint(_reference_chunk, *args, causal, scale, use_reentrant=False)
+        else:
+            o, lse = _reference_chunk(*args, causal, scale)
+        outs.append(o)
+        lses.append(lse)
+    out = torch.cat(outs).reshape(B, hq, sq, d) if outs else q.new_zeros(q.shape)
+    lse = torch.cat(lses).reshape(B, hq, sq) if lses else q.new_zeros((B, hq, sq))
+    return (out, lse) if need_lse else out
+
+
+def scaled_dot_product_attention_reference(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                           scale=None, enable_gqa=False):
+    """Attention in float64 from materialized scores: masked softmax (a row with no visible key
+    gives 0), weighted sum; bottom-right causal alignment. Differentiable."""
+    return _attention_reference(query, key, value, is_causal, scale, False)
+
+
+def flash_attention_reference(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False):
+    """(out, lse) in float64 (lse natural log, -inf for rows with no visible key), or out."""
+    return _attention_reference(q, k, v, causal, scale, return_lse)
+
+
+def _visible_pairs(sq: int, sk: int, causal: bool) -> float:
+    """(query, key) pairs computed: all of them; under causal masking half when Sq == Sk (the
+    usual FLOP convention), else the visible pairs counted exactly (bottom-right)."""
+    if not causal:
+        return sq * sk
+    if sq == sk:
+        return sq * sk / 2
+    # sum over i of clamp(i + sk - sq + 1, 0, sk)
+    total = 0
+    for i in range(sq):
+        total += min(max(i + sk - sq + 1, 0), sk)
+    return total
+
+
+def attention_cost(case, dtype: torch.dtype) -> Cost:
+    """Forward: 4 * B * Hq * pairs * D FLOPs (two matmuls); bytes: q, k, v read once, out written
+    (+ fp32 lse for ``return_lse``). ``mode='fwd_bwd'``: 3.5x the forward FLOPs (backward counted
+    2.5x); bytes add dO read and dq, dk, dv written."""
+    B, hq, sq, sk, d = case["shape"]
+    hkv = case.get("hkv", hq)
+    size = torch.empty((), dtype=dtype).element_size()
+    flops = 4.0 * B * hq * _visible_pairs(sq, sk, case.get("causal", False)) * d
+    q_bytes = B * hq * sq * d * size
+    kv_bytes = 2 * B * hkv * sk * d * size
+    nbytes = 2 * q_bytes + kv_bytes  # q read, out written, k and v read
+    if case.get("return_lse"):
+        nbytes += B * hq * sq * 4
+    if case.get("mode", "fwd") == "fwd_bwd":
+        return Cost(flops=3.5 * flops, bytes=nbytes + 2 * q_bytes + kv_bytes)  # + dO, dq, dk, dv
+    return Cost(flops=flops, bytes=nbytes)
+
+
+# ----------------------------------------------------------------------------- torch's own
+
+
+def _sdpa_torch(backend=None):
+    """torch SDPA with bottom-right causal alignment (torch's is_causal is top-left when Sq != Sk,
+    so an explicit mask is passed then), under ``backend`` (an SDPBackend) when given."""
+
+    def run(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None or dropout_p:
+            raise NotImplementedError("attn_mask / dropout are not part of roofkit's attention cases")
+        sq, sk = query.shape[-2], key.shape[-2]
+        kwargs = dict(scale=scale, enable_gqa=enable_gqa)
+        if is_causal and sq != sk:
+            kwargs["attn_mask"] = _visible(sq, sk, True, query.device)
+        else:
+            kwargs["is_causal"] = is_causal
+        if backend is None:
+            return F.scaled_dot_product_attention(query, key, value, **kwargs)
+        from torch.nn.attention import sdpa_kernel
+
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(query, key, value, **kwargs)
+
+    return run
+
+
+def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """torch's math-backend SDPA in the input dtype (the error budget of the FlashAttention rule),
+    run over chunks of (batch x head) so that large cases fit in memory."""
+    from torch.nn.attention import SDPBackend
+
+    run = _sdpa_torch(SDPBackend.MATH)
+    B, hq = query.shape[:2]
+    hkv = key.shape[1]
+    per = max(hq // hkv, _REF_CHUNK_ELEMS // max(1, query.shape[2] * key.shape[2]) // max(1, B))
+    per = max(hq // hkv, per - per % (hq // hkv))
+    if per >= hq:
+        return run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    g = hq // hkv
+    outs = [run(query[:, a:a + per], key[:, a // g:(a + per) // g], value[:, a // g:(a + per) // g],
+                attn_mask, dropout_p, is_causal, scale, enable_gqa) for a in range(0, hq, per)]
+    return torch.cat(outs, dim=1)
+
+
+def _flash_torch(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False):
+    """torch's math SDPA for the output and an fp32 logsumexp of the scores for lse."""
+    out = _sdpa_math(q, k, v, is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    if not return_lse:
+        return out
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    kf = _expand_kv(k, q.shape[1]).float()
+    lses = []
+    per = max(1, _REF_CHUNK_ELEMS // max(1, q.shape[2] * k.shape[2] * q.shape[0]))
+    for a in range(0, q.shape[1], per):
+        s = (q[:, a:a + per].float() @ kf[:, a:a + per].transpose(-1, -2)) * scale
+        mask = _visible(q.shape[2], k.shape[2], causal, q.device)
+        if mask is not None:
+            s = s.masked_fill(~mask, -math.inf)
+        lses.append(torch.logsumexp(s, dim=-1))
+    lse = torch.cat(lses, dim=1) if lses else q.new_zeros(q.shape[:3], dtype=torch.float32)
+    return out, lse
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def _qkv(case, dtype, generator, device):
+    B, hq, sq, sk, d = case["shape"]
+    hkv = case.get("hkv", hq)
+    dist, mag = case.get("dist", "normal"), case.get("magnitude", 1e4)
+
+    def make(h, s):
+        if case.get("layout") == "bshd":  # (B, S, H, D) memory, viewed as (B, H, S, D)
+            return random_tensor((B, s, h, d), dtype, generator, device, dist, magnitude=mag).transpose(1, 2)
+        return random_tensor((B, h, s, d), dtype, generator, device, dist, magnitude=mag,
+                             layout=case.get("layout", "contiguous"))
+
+    return make(hq, sq), make(hkv, sk), make(hkv, sk)
+
+
+def _sdpa_inputs(case, dtype, generator, device) -> Inputs:
+    q, k, v = _qkv(case, dtype, generator, device)
+    kwargs = {"is_causal": case.get("causal", False), "enable_gqa": q.shape[1] != k.shape[1]}
+    if case.get("scale") is not None:
+        kwargs["scale"] = case["scale"]
+    return Inputs((q, k, v), kwargs)
+
+
+def _flash_inputs(case, dtype, generator, device) -> Inputs:
+    q, k, v = _qkv(case, dtype, generator, device)
+    kwargs = {"causal": case.get("causal", False), "return_lse": True,
+              "deterministic": bool(case.get("deterministic", False))}
+    if case.get("scale") is not None:
+        kwargs["scale"] = case["scale"]
+    return Inputs((q, k, v), kwargs)
+
+
+def _reduction_length(case) -> int:
+    B, hq, sq, sk, d = case["shape"]
+    return max(sk, sq * hq // case.get("hkv", hq), d)
+
+
+_CPU = (torch.float16, torch.float32)  # tl.dot on bf16 does not run in the interpreter
+_F16 = (torch.float16,)
+_BF16 = (torch.bfloat16,)
+_GPU = (torch.bfloat16, torch.float16)
+
+# shape = (B, Hq, Sq, Sk, D); hkv = key/value heads (default Hq).
+CASES = [
+    case("causal_5q_2k_rows_0_to_2_zero", ["quick"], shape=(2, 4, 5, 2, 32), causal=True, dtypes=_CPU),
+    case("sq1_sk37", ["quick"], shape=(1, 2, 1, 37, 32), dtypes=_CPU),
+    # Sk = 1: dq and dk are exactly 0 mathematically (one key, softmax 1) and the harness demands
+    # an exact zero there; the gradients of this shape are checked in tests/ops/test_attention.py.
+    case("sk1", shape=(1, 2, 6, 1, 32), dtypes=_CPU, grad=False),
+    case("causal_s113", shape=(1, 1, 113, 113, 32), causal=True, dtypes=_F16),
+    case("sq40_sk17_causal", shape=(1, 2, 40, 17, 32), causal=True, dtypes=_CPU),
+    case("sq17_sk40_causal", shape=(1, 2, 17, 40, 32), causal=True, dtypes=_CPU),
+    case("noncausal_33x21", shape=(2, 1, 33, 21, 32), dtypes=_CPU),
+    case("head_dim_96", shape=(1, 2, 24, 40, 96), causal=True, dtypes=_F16),
+    case("head_dim_40_padded", shape=(1, 1, 20, 20, 40), dtypes=_F16),
+    case("gqa_4_over_2_causal", ["quick"], shape=(1, 4, 33, 33, 32), hkv=2, causal=True, dtypes=_CPU),
+    case("mqa_4_over_1", shape=(1, 4, 19, 35, 32), hkv=1, dtypes=_F16),
+    # Inputs of magnitude 30 (logits ~ 900: a saturated softmax). Forward only: there the exact
+    # dq, dk are ~1e-13 (torch's math path gets exact zeros structurally, while any FlashAttention
+    # backward forms delta = rowsum(dO * O) and leaves rounding noise); the backward at large
+    # logits is checked by logits_std_30 (q, k of magnitude 5.5: logits of std ~30).
+    case("magnitude_30", shape=(1, 2, 32, 32, 32), dist="large", magnitude=30.0, causal=True, dtypes=_CPU,
+         grad=False),
+    case("logits_std_30", shape=(1, 2, 32, 32, 32), dist="large", magnitude=5.5, causal=True, dtypes=_CPU),
+    case("layout_bshd", shape=(2, 2, 20, 20, 32), layout="bshd", causal=True, dtypes=_F16),
+    case("grad_transposed", shape=(1, 2, 20, 20, 32), grad_layout="transposed", dtypes=_F16),
+    case("scale_0p3", shape=(1, 2, 20, 24, 32), scale=0.3, dtypes=_F16),
+    # Split-KV decoding (G * Sq <= 64 rows, Sk >= DECODE_MIN_SK): chunks + combining kernel.
+    case("decode_gqa_sq1_sk600", shape=(1, 4, 1, 600, 32), hkv=2, dtypes=_F16),
+    case("decode_causal_sq3_sk520", shape=(1, 2, 3, 520, 32), causal=True, dtypes=_F16, grad=False),
+    case("empty_sq0", ["quick"], shape=(1, 2, 0, 8, 32), dtypes=_CPU),
+    case("empty_sk0_gives_zeros", shape=(1, 2, 8, 0, 32), dtypes=_CPU),
+    case("empty_batch0", shape=(0, 2, 8, 8, 32), dtypes=_F16),
+    # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 4.
+    case("gpu_causal_5q_2k", ["gpu"], shape=(2, 4, 5, 2, 128), causal=True, dtypes=_GPU),
+    case("gpu_sq1_sk4096", ["gpu"], shape=(4, 8, 1, 4096, 128), dtypes=_GPU),
+    case("gpu_sk1", ["gpu"], shape=(2, 4, 64, 1, 128), dtypes=_GPU, grad=False),
+    case("gpu_s113_causal", ["gpu"], shape=(2, 4, 113, 113, 64), causal=True, dtypes=_GPU),
+    case("gpu_s203", ["gpu"], shape=(2, 4, 203, 203, 128), dtypes=_GPU),
+    case("gpu_s1023_causal", ["gpu"], shape=(2, 8, 1023, 1023, 64), causal=True, dtypes=_GPU),
+    case("gpu_s8448_causal", ["gpu"], shape=(1, 4, 8448, 8448, 128), causal=True, dtypes=_BF16),
+    case("gpu_head_dim_32", ["gpu"], shape=(2, 4, 257, 257, 32), causal=True, dtypes=_BF16),
+    case("gpu_head_dim_96", ["gpu"], shape=(2, 4, 300, 300, 96), causal=True, dtypes=_GPU),
+    case("gpu_head_dim_256", ["gpu"], shape=(2, 4, 300, 300, 256), causal=True, dtypes=_GPU),
+    case("gpu_gqa_32_over_8", ["gpu"], shape=(1, 32, 512, 512, 128), hkv=8, causal=True, dtypes=_BF16),
+    case("gpu_sq300_sk1000_causal", ["gpu"], shape=(2, 4, 300, 1000, 128), causal=True, dtypes=_BF16),
+    case("gpu_sq1000_sk300_causal", ["gpu"], shape=(2, 4, 1000, 300, 128), causal=True, dtypes=_BF16),
+    case("gpu_magnitude_30", ["gpu"], shape=(2, 4, 512, 512, 128), dist="large", magnitude=30.0, causal=True,
+         dtypes=_GPU, grad=False),
+    case("gpu_logits_std_30", ["gpu"], shape=(2, 4, 512, 512, 128), dist="large", magnitude=5.5, causal=True,
+         dtypes=_GPU),
+    case("gpu_layout_bshd", ["gpu"], shape=(2, 8, 777, 777, 128), layout="bshd", causal=True, dtypes=_BF16),
+    case("gpu_fp32", ["gpu"], shape=(1, 4, 200, 300, 64), causal=True, dtypes=(torch.float32,)),
+    case("gpu_decode_gqa_32_over_8", ["gpu"], shape=(4, 32, 1, 8192, 128), hkv=8, dtypes=_BF16),
+    case("gpu_decode_sq4_causal", ["gpu"], shape=(2, 32, 4, 3000, 128), hkv=8, causal=True, dtypes=_BF16),
+    case("gpu_decode_head_dim_256", ["gpu"], shape=(2, 8, 1, 5000, 256), hkv=2, dtypes=_BF16),
+]
+
+_LLAMA = dict(hkv=8, dtypes=_BF16)
+SUITES = {
+    # llama3-8b: 32 query heads, 8 kv heads, head dim 128.
+    "llama3-8b": [
+        case("prefill_b1_s8192_causal", shape=(1, 32, 8192, 8192, 128), causal=True, **_LLAMA),
+        case("prefill_b1_s8192_causal_fwd_bwd", shape=(1, 32, 8192, 8192, 128), causal=True, mode="fwd_bwd", **_LLAMA),
+        case("decode_b32_sk8192", shape=(32, 32, 1, 8192, 128), **_LLAMA),
+    ],
+    # Issue 4's speed figures (bf16): FLOPs as attention_cost; decoding judged in GB/s of K + V.
+    "acceptance": [
+        case("fwd_b4_h16_s8448_d128", shape=(4, 16, 8448, 8448, 128), dtypes=_BF16),
+        case("fwd_b4_h16_s8448_d128_causal", shape=(4, 16, 8448, 8448, 128), causal=True, dtypes=_BF16),
+        case("fwd_b16_h16_s2048_d64_causal", shape=(16, 16, 2048, 2048, 64), causal=True, dtypes=_BF16),
+        case("fwd_bwd_b4_h16_s8448_d128_causal", shape=(4, 16, 8448, 8448, 128), causal=True, mode="fwd_bwd",
+             dtypes=_BF16),
+        case("decode_b32_h32_sk8192_d128", shape=(32, 32, 1, 8192, 128), dtypes=_BF16),
+        case("decode_b1_h32_sk131072_d128", shape=(1, 32, 1, 131072, 128), dtypes=_BF16),
+    ],
+}
+
+_FLASH_CASES = [
+    case("lse_causal_5q_2k", ["quick"], shape=(2, 4, 5, 2, 32), causal=True, dtypes=_CPU),
+    case("lse_gqa_causal_sq24_sk40", shape=(1, 4, 24, 40, 32), hkv=2, causal=True, dtypes=_CPU),
+    case("lse_magnitude_30", shape=(1, 2, 32, 32, 32), dist="large", magnitude=30.0, dtypes=_CPU, grad=False),
+    case("lse_decode_sq2_sk600", shape=(1, 2, 2, 600, 32), causal=True, dtypes=_F16),
+    case("deterministic_backward_repeat", shape=(1, 4, 40, 33, 32), hkv=2, causal=True, deterministic=True,
+         dtypes=_CPU),
+    case("empty_sk0_lse_minus_inf", shape=(1, 2, 3, 0, 32), dtypes=_F16),
+    case("gpu_lse_s1023_causal", ["gpu"], shape=(2, 8, 1023, 1023, 128), causal=True, dtypes=_BF16),
+    case("gpu_deterministic_backward_repeat", ["gpu"], shape=(2, 8, 1023, 1023, 128), hkv=2, causal=True,
+         deterministic=True, dtypes=_BF16),
+    case("gpu_deterministic_s8448", ["gpu"], shape=(1, 4, 8448, 8448, 128), causal=True, deterministic=True,
+         dtypes=_BF16),
+]
+
+_FLASH_SUITES = {
+    "llama3-8b": [
+        case("prefill_b1_s8192_causal_lse", shape=(1, 32, 8192, 8192, 128), causal=True, return_lse=True, **_LLAMA),
+        case("prefill_b1_s8192_causal_fwd_bwd_deterministic", shape=(1, 32, 8192, 8192, 128), causal=True,
+             deterministic=True, mode="fwd_bwd", **_LLAMA),
+    ],
+}
+
+
+def _sdpa_backend(name: str):
+    """Factory: torch SDPA forced to one backend (``None`` when torch lacks it or has no CUDA)."""
+
+    def factory():
+        try:
+            from torch.nn.attention import SDPBackend
+        except ImportError:
+            return None
+        backend = getattr(SDPBackend, name, None)
+        if backend is None or not torch.cuda.is_available():
+            return None
+        return _sdpa_torch(backend)
+
+    return factory
+
+
+SDPA_SPEC = OpSpec(
+    name="scaled_dot_product_attention",
+    impl=scaled_dot_product_attention,
+    reference=scaled_dot_product_attention_reference,
+    torch_impl=_sdpa_math,
+    make_inputs=_sdpa_inputs,
+    cost=attention_cost,
+    reduction_length=_reduction_length,
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    cases=CASES,
+    suites=SUITES,
+    baselines={
+        "torch": lambda: _sdpa_torch(),
+        "torch.compile": baselines.compiled(_sdpa_torch()),
+        "sdpa-flash": _sdpa_backend("FLASH_ATTENTION"),
+        "sdpa-cudnn": _sdpa_backend("CUDNN_ATTENTION"),
+        "sdpa-efficient": _sdpa_backend("EFFICIENT_ATTENTION"),
+    },
+    grad_args=(0, 1, 2),
+    deterministic=not ATOMIC_DQ,  # dQ atomics only behind the module switch
+    matrix=True,
+    marker="attention",
+)
+
+FLASH_ATTENTION_SPEC = OpSpec(
+    name="flash_attention",
+    impl=flash_attention,
+    reference=flash_attention_reference,
+    torch_impl=_flash_torch,
+    make_inputs=_flash_inputs,
+    cost=attention_cost,
+    reduction_length=_reduction_length,
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    cases=_FLASH_CASES,
+    suites=_FLASH_SUITES,
+    baselines={
+        "torch": lambda: _flash_torch,
+        "torch.compile": baselines.compiled(_flash_torch),
+    },
+    grad_args=(0, 1, 2),
+    deterministic=not ATOMIC_DQ,
+    matrix=True,
+    marker="attention",
+)
+
+SPECS = (SDPA_SPEC, FLASH_ATTENTION_SPEC)
