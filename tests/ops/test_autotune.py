@@ -105,3 +105,17 @@ def test_bucket_and_rel_l2():
     assert _autotune.rel_l2(torch.ones(4), torch.ones(4)) == 0.0
     assert _autotune.rel_l2(torch.tensor([1.0, float("nan")]), torch.ones(2)) == float("inf")
     assert abs(_autotune.rel_l2(torch.tensor([3.0, 4.0]) * 1.01, torch.tensor([3.0, 4.0])) - 0.01) < 1e-6
+
+
+def test_candidates_are_built_only_on_a_miss(tuner_env):
+    t, st = _tuner({0: 5.0, 1: 3.0})
+    run, ref = _runner(st)
+    built = []
+
+    def candidates():
+        built.append(1)
+        return [1]
+
+    assert t.choose("k", candidates, 0, run, ref, CUDA, torch.float32) == 1
+    assert t.choose("k", candidates, 0, run, ref, CUDA, torch.float32) == 1
+    assert built == [1]

@@ -130,6 +130,8 @@ class Tuner:
     # -- choice --------------------------------------------------------------------------------
     def choose(self, key: str, candidates, default, run: Callable[[Any], torch.Tensor],
                reference: Callable[[], torch.Tensor], device: torch.device, dtype: torch.dtype):
+        """The configuration for ``key``: cached, or tuned now. ``candidates``: an iterable, or a
+        zero-argument callable building it (called only on a cache miss: the hit path stays cheap)."""
         if not active(device):
             return default
         if key in self.mem:
@@ -142,7 +144,7 @@ class Tuner:
                 cfg = self.decode(hit["config"])
                 self.mem[key] = cfg
                 return cfg
-            cfg, entry = self._tune(candidates, default, run, reference, dtype)
+            cfg, entry = self._tune(candidates() if callable(candidates) else candidates, default, run, reference, dtype)
             entry["meta"] = meta
             self.mem[key] = cfg
             self.log[key] = entry

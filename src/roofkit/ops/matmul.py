@@ -238,8 +238,8 @@ def _choose(a, b, c, bias, out, alpha, beta, act: int) -> Config:
             y += bias.float()
         return _activation_torch(y, _ACT_NAMES[act])
 
-    return _TUNER.choose(_tune_key(a, b, c, a.dtype, act), _candidates(m, n, k, a.dtype, a.device, tma), default, run,
-                         reference, a.device, a.dtype)
+    return _TUNER.choose(_tune_key(a, b, c, a.dtype, act), lambda: _candidates(m, n, k, a.dtype, a.device, tma), default,
+                         run, reference, a.device, a.dtype)
 
 
 def chosen_config(input, other, *, c=None) -> Config:
