@@ -360,3 +360,49 @@ def test_bf16_operands_under_the_interpreter_or_gpu(device):
     want = a.double() @ b.double()
     got = matmul(a, b).double()
     assert ((got - want).norm() / want.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_matmul_autograd_all_inputs_with_broadcasts(activation, device):
+    # dA, dB (B 2-D, broadcast over A's batch), dc (c broadcast as a row), dbias, against float64.
+    a = _t((3, 9, 11), device).requires_grad_()
+    b = (0.3 * _t((11, 10), device, seed=1)).requires_grad_()
+    c = _t((1, 10), device, seed=2).requires_grad_()
+    bias = _t((10,), device, seed=3).requires_grad_()
+    dy = _t((3, 9, 10), device, seed=4)
+    y = matmul(a, b, c=c, beta=0.5, alpha=1.5, bias=bias, activation=activation)
+    grads = torch.autograd.grad(y, (a, b, c, bias), dy)
+    leaves64 = [t.detach().double().requires_grad_() for t in (a, b, c, bias)]
+    a64, b64, c64, bias64 = leaves64
+    y64 = mm.matmul_reference(a64, b64, c=c64, beta=0.5, alpha=1.5, bias=bias64, activation=activation)
+    grads64 = torch.autograd.grad(y64, leaves64, dy.double())
+    for g, g64, t in zip(grads, grads64, (a, b, c, bias)):
+        assert g.shape == t.shape and g.dtype == t.dtype
+        torch.testing.assert_close(g.double(), g64, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_autograd_batch_of_one_broadcast(device):
+    a = _t((1, 5, 7), device).requires_grad_()
+    b = _t((4, 7, 6), device, seed=1).requires_grad_()
+    y = matmul(a, b)
+    ga, gb = torch.autograd.grad(y, (a, b), torch.ones_like(y))
+    a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
+    ga64, gb64 = torch.autograd.grad(torch.matmul(a64, b64), (a64, b64), torch.ones(4, 5, 6, dtype=torch.float64))
+    assert ga.shape == (1, 5, 7)
+    torch.testing.assert_close(ga.double(), ga64, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gb.double(), gb64, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_torch_compile_fullgraph_backward(device):
+    torch._dynamo.reset()
+
+    def f(a, b, bias):
+        return matmul(a, b, bias=bias, activation="relu").sum()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager")
+    a, b = _t((2, 6, 9), device).requires_grad_(), _t((9, 5), device, seed=1).requires_grad_()
+    bias = _t((5,), device, seed=2).requires_grad_()
+    grads = torch.autograd.grad(cf(a, b, bias), (a, b, bias))
+    ref = torch.autograd.grad(torch.relu(a @ b + bias).sum(), (a, b, bias))
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)

@@ -332,6 +332,50 @@ def _(a, b, c, bias, activation, alpha, beta, out_dtype):
     return a.new_empty(_out_shape(a, b), dtype=out_dtype or a.dtype)
 
 
+def _matmul_setup(ctx, inputs, output):
+    a, b, c, bias, activation, alpha, beta, out_dtype = inputs
+    ctx.activation, ctx.alpha, ctx.beta, ctx.out_dtype = activation, alpha, beta, out_dtype
+    ctx.has_c, ctx.has_bias = c is not None, bias is not None
+    ctx.save_for_backward(a, b, c, bias)
+
+
+def _grad_product(x: torch.Tensor, y: torch.Tensor, alpha: float, like: torch.Tensor) -> torch.Tensor:
+    """alpha * x @ y as the gradient of ``like``: when ``like`` was broadcast over the batch (a
+    2-D operand, or a batch of 1), the per-batch products stay fp32 and are summed before the one
+    rounding to like's dtype."""
+    if _out_shape(x, y) == tuple(like.shape):
+        return _matmul_op(x, y, None, None, "none", alpha, 0.0, None)
+    t = _matmul_op(x, y, None, None, "none", alpha, 0.0, torch.float32).sum(0)
+    return (t.unsqueeze(0) if like.dim() == 3 else t).to(like.dtype)
+
+
+def _matmul_backward(ctx, dy):
+    """g = dY * act'(pre) (pre recomputed in fp32 by the same kernel), rounded to the input dtype;
+    dA = alpha * g @ B^T and dB = alpha * A^T @ g by roofkit.matmul (fp32 accumulation), summed
+    over the batch for an operand that was broadcast; dc = beta * g summed to c's shape and
+    dbias = the fp32 column sum of g (both rounded once)."""
+    a, b, c, bias = ctx.saved_tensors
+    if ctx.activation != "none":
+        pre = _matmul_op(a, b, c, bias, "none", ctx.alpha, ctx.beta, torch.float32)
+        g = dy.to(torch.float32) * _activation_grad(pre, ctx.activation)
+    else:
+        g = dy.to(torch.float32) if ctx.needs_input_grad[2] or ctx.needs_input_grad[3] else dy
+    g_in = g.to(a.dtype)
+    da = db = dc = dbias = None
+    if ctx.needs_input_grad[0]:
+        da = _grad_product(g_in, b.transpose(-1, -2), ctx.alpha, a)
+    if ctx.needs_input_grad[1]:
+        db = _grad_product(a.transpose(-1, -2), g_in, ctx.alpha, b)
+    if ctx.has_c and ctx.needs_input_grad[2] and ctx.beta != 0.0:
+        dc = (ctx.beta * g.to(torch.float32)).sum_to_size(c.shape).to(c.dtype)
+    if ctx.has_bias and ctx.needs_input_grad[3]:
+        dbias = g.to(torch.float32).reshape(-1, g.shape[-1]).sum(0).to(bias.dtype)
+    return da, db, dc, dbias, None, None, None, None
+
+
+torch.library.register_autograd("roofkit::matmul", _matmul_backward, setup_context=_matmul_setup)
+
+
 @torch.library.custom_op("roofkit::linear", mutates_args=())
 def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     k, n = x.shape[-1], weight.shape[0]
@@ -443,7 +487,8 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
         the activation are applied to the float32 accumulator; the single rounding point is the
         final store in out_dtype (torch's eager epilogue rounds after each step). K = 0 gives
         act(beta * c + bias), zero-filled without a kernel launch when c and bias are absent;
-        empty outputs launch nothing. No autograd (use ``linear`` for a differentiable layer).
+        empty outputs launch nothing. Differentiable (first order) in input, other, c and bias:
+        the backward recomputes the pre-activation in fp32 and runs two roofkit GEMMs.
     Cost:
         2*M*N*K FLOP per batch entry; reads A, B, bias and c once and writes the output once in
         the ideal case (each A row-panel is re-read per tile column, mostly from L2).
@@ -639,6 +684,7 @@ SPEC = OpSpec(
         "torch.compile": baselines.compiled(matmul_torch, mode="max-autotune-no-cudagraphs"),
     },
     matrix=True,
+    grad_args=(0, 1),
     marker="matmul",
     describe=describe_launch,
 )
