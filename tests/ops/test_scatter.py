@@ -7,9 +7,19 @@ import torch
 
 from roofkit.harness.spec import case
 from roofkit.harness.verify import select_cases, verify_op
-from roofkit.ops.scatter import INDEX_ADD_SPEC, SCATTER_ADD_SPEC, index_add, scatter_add
+from roofkit.ops.scatter import (
+    INDEX_ADD_SPEC,
+    SCATTER_ADD_SPEC,
+    index_add,
+    index_add_cost,
+    scatter_add,
+    scatter_add_cost,
+)
 
-scatter_module = importlib.import_module("roofkit.ops.scatter")
+# The package's launch submodule: tests patch the launch settings (SORTED_TILE, UNROLL,
+# SPLIT_MIN), ``_use_int64`` and kernel names on it (the module whose launchers read them), and
+# call its canonical-form and config helpers.
+launch = importlib.import_module("roofkit.ops.scatter._launch")
 
 pytestmark = pytest.mark.scatter
 
@@ -46,8 +56,8 @@ def test_scatter_add_tmp_path_4d_matches_torch(device):
     x = _randn((3, 4, 5, 6), device)
     idx = torch.randint(0, 5, (2, 3, 7, 6), generator=_gen(1)).to(device)
     src = _randn((2, 3, 7, 6), device, seed=2)
-    c = scatter_module._canonical(x, 2, idx, src, False)
-    assert scatter_module._as3(scatter_module._restrict(x, c.space, 2, True), c.outer, c.N, c.W) is None
+    c = launch._canonical(x, 2, idx, src, False)
+    assert launch._as3(launch._restrict(x, c.space, 2, True), c.outer, c.N, c.W) is None
     want = torch.scatter_add(x.double(), 2, idx, src.double())
     for det in (False, True):
         got = scatter_add(x, 2, idx, src, deterministic=det)
@@ -96,8 +106,8 @@ def test_index_add_deterministic_is_bitwise_reproducible_and_in_index_order(dtyp
         assert torch.equal(again.view(bits), first.view(bits))
     assert torch.equal(first, _sequential_fp32(x.cpu(), 0, idx.cpu(), src.cpu(), 0.5).to(device))
     # The order is fixed by the sort, not by the launch: other tiles give the same bits.
-    monkeypatch.setattr(scatter_module, "SORTED_TILE", 16)
-    monkeypatch.setattr(scatter_module, "UNROLL", 1)
+    monkeypatch.setattr(launch, "SORTED_TILE", 16)
+    monkeypatch.setattr(launch, "UNROLL", 1)
     assert torch.equal(index_add(x, 0, idx, src, alpha=0.5, deterministic=True), first)
 
 
@@ -106,8 +116,8 @@ def test_scatter_add_deterministic_element_mode_is_bitwise_reproducible(monkeypa
     idx = torch.randint(0, 5, (40, 7), generator=_gen(9)).to(device)
     src = _randn((40, 7), device, seed=10) * 1000
     first = scatter_add(x, 0, idx, src, deterministic=True)
-    assert not scatter_module._canonical(x, 0, idx, src, False).row_index
-    monkeypatch.setattr(scatter_module, "SORTED_TILE", 8)
+    assert not launch._canonical(x, 0, idx, src, False).row_index
+    monkeypatch.setattr(launch, "SORTED_TILE", 8)
     assert torch.equal(scatter_add(x, 0, idx, src, deterministic=True).view(torch.int32), first.view(torch.int32))
     # Column by column, the same promised order as index_add.
     for j in range(7):
@@ -119,16 +129,16 @@ def test_deterministic_long_segments_are_split_into_pieces(monkeypatch, device):
     # Pieces of 2 contributions: every mode (shared rows with several outer slices, batched
     # rows, element mode, and a destination region that is not the whole output) sums its long
     # segments through the piece kernel and still matches the reference, reproducibly.
-    monkeypatch.setattr(scatter_module, "SPLIT_MIN", 2)
+    monkeypatch.setattr(launch, "SPLIT_MIN", 2)
     launches = []
-    real = scatter_module._scatter_add_piece_kernel
+    real = launch._scatter_add_piece_kernel
 
     class Spy:
         def __getitem__(self, grid):
             launches.append(grid)
             return real[grid]
 
-    monkeypatch.setattr(scatter_module, "_scatter_add_piece_kernel", Spy())
+    monkeypatch.setattr(launch, "_scatter_add_piece_kernel", Spy())
     dts = (torch.float32, torch.bfloat16)
     for spec, names in ((INDEX_ADD_SPEC, ["deterministic_dim1_3x6x5_L8", "deterministic_1d_L300_into_7",
                                           "deterministic_same_alpha_6x3_L50"]),
@@ -162,15 +172,15 @@ def test_expanded_index_is_read_per_row(device):
     x = _randn((7, 5), device)
     idx = torch.randint(0, 7, (12, 1), generator=_gen(13)).to(device)
     src = _randn((12, 5), device)
-    assert scatter_module._canonical(x, 0, idx.expand(12, 5), src, False).row_index
-    assert not scatter_module._canonical(x, 0, idx.expand(12, 5).contiguous(), src, False).row_index
-    assert scatter_module._canonical(x, 0, idx.view(-1), src, True).shared
+    assert launch._canonical(x, 0, idx.expand(12, 5), src, False).row_index
+    assert not launch._canonical(x, 0, idx.expand(12, 5).contiguous(), src, False).row_index
+    assert launch._canonical(x, 0, idx.view(-1), src, True).shared
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_int64_offset_code_paths(deterministic, monkeypatch, device):
     # The interpreter cannot hold 2**31 elements: force the int64-offset kernels on small cases.
-    monkeypatch.setattr(scatter_module, "_use_int64", lambda *tensors: True)
+    monkeypatch.setattr(launch, "_use_int64", lambda *tensors: True)
     cases = ["dim1_3x6x5_L8", "int32_index_9x4_L12", "alpha_minus_half_6x4_L10"]
     report = verify_op(INDEX_ADD_SPEC, cases=[INDEX_ADD_SPEC.case(n) for n in cases],
                        seeds=1, dtypes=(torch.float32, torch.bfloat16), device=device)
@@ -186,7 +196,7 @@ def test_default_path_follows_torch_deterministic_flag(forbid_launch, device):
     x = _randn((6, 3), device)
     idx = torch.tensor([1, 1, 4], device=device)
     src = _randn((3, 3), device)
-    forbid_launch(scatter_module, "_scatter_add_atomic_kernel")
+    forbid_launch(launch, "_scatter_add_atomic_kernel")
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
@@ -215,7 +225,7 @@ def test_out_of_range_index_raises_index_error(bad, deterministic, device):
 
 def test_empty_inputs_return_without_launch(forbid_launch, device):
     for k in _KERNELS:
-        forbid_launch(scatter_module, k)
+        forbid_launch(launch, k)
     x = _randn((4, 3), device)
     for det in (False, True):
         out = index_add(x, 0, torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, 3, device=device),
@@ -303,27 +313,27 @@ def test_scatter_ops_compile_fullgraph_with_backward(deterministic, device):
 
 def test_cost_counts_each_operand_once():
     c = case("t", shape=(8, 4), L=5)
-    cost = scatter_module.index_add_cost(c, torch.float32)
+    cost = index_add_cost(c, torch.float32)
     assert cost.bytes == (2 * 32 + 5 * 4) * 4 + 5 * 8 and cost.flops == 20
-    assert scatter_module.index_add_cost(case("t", shape=(8, 4), L=5, index_dtype="int32", alpha=2), torch.bfloat16).bytes \
+    assert index_add_cost(case("t", shape=(8, 4), L=5, index_dtype="int32", alpha=2), torch.bfloat16).bytes \
         == (2 * 32 + 20) * 2 + 5 * 4
-    assert scatter_module.index_add_cost(case("t", shape=(8, 4), L=5, alpha=2), torch.float32).flops == 40
+    assert index_add_cost(case("t", shape=(8, 4), L=5, alpha=2), torch.float32).flops == 40
     s = case("t", shape=(6, 4), index_shape=(9, 4))
-    assert scatter_module.scatter_add_cost(s, torch.float32).bytes == (2 * 24 + 36) * 4 + 36 * 8
-    assert scatter_module.scatter_add_cost(s, torch.float32).flops == 36
+    assert scatter_add_cost(s, torch.float32).bytes == (2 * 24 + 36) * 4 + 36 * 8
+    assert scatter_add_cost(s, torch.float32).flops == 36
     e = case("t", shape=(6, 4), index_shape=(9, 4), index_layout="expanded")
-    assert scatter_module.scatter_add_cost(e, torch.float32).bytes == (2 * 24 + 36) * 4 + 9 * 8
+    assert scatter_add_cost(e, torch.float32).bytes == (2 * 24 + 36) * 4 + 9 * 8
     # The acceptance reading "64Mi fp32 into 1Mi rows" (rows of 64): 256+256+256 MiB + 8 MiB.
     a = INDEX_ADD_SPEC.suites["acceptance"][0]
-    assert scatter_module.index_add_cost(a, torch.float32).bytes == 3 * 2**28 + 2**23
+    assert index_add_cost(a, torch.float32).bytes == 3 * 2**28 + 2**23
 
 
 def test_launch_heuristics():
-    assert scatter_module._atomic_config(64) == (64, 64, 8)
-    assert scatter_module._atomic_config(1) == (4096, 1, 8)
-    assert scatter_module._atomic_config(4096) == (8, 512, 8)
-    assert scatter_module._sorted_config(64) == (16, 64, 8)
-    assert scatter_module._sorted_config(1) == (1024, 1, 8)
+    assert launch._atomic_config(64) == (64, 64, 8)
+    assert launch._atomic_config(1) == (4096, 1, 8)
+    assert launch._atomic_config(4096) == (8, 512, 8)
+    assert launch._sorted_config(64) == (16, 64, 8)
+    assert launch._sorted_config(1) == (1024, 1, 8)
 
 
 def test_specs_declare_what_the_harness_needs():

@@ -1,0 +1,288 @@
+"""scatter_add / index_add launch side, shared by both ops: the launch settings (ATOMIC_TILE,
+SORTED_TILE, UNROLL, SPLIT_MIN, ...), tile configs, the canonical (outer, L, W) form of a call and
+the host launchers of the atomic path, the deterministic path and the backward gather. Tests
+monkeypatch the settings, ``_use_int64`` and kernel names on this module: it is the one that
+reads them."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import triton
+
+from .._common import bf16_rne, interpreter_active, needs_int64, next_pow2
+from ._kernels import (
+    _scatter_add_atomic_kernel,
+    _scatter_add_piece_kernel,
+    _scatter_add_sorted_kernel,
+    _scatter_gather_kernel,
+)
+
+
+# ----------------------------------------------------------------------------- launch heuristic
+
+ATOMIC_TILE = 4096  # elements per atomic-path (and gather) tile: 16 per thread with 8 warps
+ATOMIC_MAX_BLOCK_I = 512
+SORTED_TILE = 1024  # destination elements per deterministic-path tile (64 registers at most on sm_90)
+SORTED_MAX_BLOCK_I = 256
+UNROLL = 4  # contributions loaded together per step of the deterministic path (memory-level parallelism)
+# A destination with more contributions than the piece length (at least SPLIT_MIN, about the
+# square root of the longest segment) has its segment cut into pieces summed by separate
+# programs; its own program adds the pieces' partial sums in piece order. Bounds the serial
+# work of a hot destination (every index equal: 65536 contributions -> 256 pieces of 256).
+SPLIT_MIN = 256
+PIECE_TILE = 2048  # contributions x columns per step of a piece program
+
+
+class Config(NamedTuple):
+    """Tile of BLOCK_R rows (index rows, or destination rows) x BLOCK_I columns, and its warps."""
+
+    BLOCK_R: int
+    BLOCK_I: int
+    num_warps: int
+
+
+def _atomic_config(width: int) -> Config:
+    """Tiles of ATOMIC_TILE elements; a row's columns stay contiguous (vectorized atomics) up to
+    ATOMIC_MAX_BLOCK_I wide; W = 1 (1-D index_add) gives a column of 4096 index rows."""
+    block_i = min(next_pow2(width), ATOMIC_MAX_BLOCK_I)
+    return Config(max(1, ATOMIC_TILE // block_i), block_i, 8)
+
+
+def _sorted_config(width: int) -> Config:
+    """Tiles of SORTED_TILE destination elements, 8 warps: 4 per thread, each with UNROLL gathers
+    in flight (4 x 4 independent loads per thread; about 64 registers, so 4 programs per SM)."""
+    block_i = min(next_pow2(width), SORTED_MAX_BLOCK_I)
+    return Config(max(1, SORTED_TILE // block_i), block_i, 8)
+
+
+def _piece_length(longest: int) -> int:
+    return max(SPLIT_MIN, next_pow2(math.isqrt(max(longest, 1))))
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) + 1
+
+
+def _use_int64(*tensors: torch.Tensor) -> bool:
+    """Whether any element offset of these tensors can reach 2**31 (then kernels index in int64)."""
+    return any(needs_int64(_max_offset(t)) for t in tensors)
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+class _Canon(NamedTuple):
+    """A call in canonical form: index space (outer, L, W) around dim, destinations (outer, N, W)."""
+
+    space: tuple[int, ...]  # index-space shape (the input's rank)
+    dim: int
+    outer: int
+    L: int
+    N: int
+    W: int
+    idx: torch.Tensor  # indexable as idx[o * s_o + l * s_l + i * s_i]
+    idx_strides: tuple[int, int, int]
+    src: torch.Tensor  # (outer, L, W)
+    row_index: bool  # index constant along W
+    shared: bool  # index constant along outer
+    full: bool  # index space covers input outside dim (the output needs no separate copy)
+
+
+def _restrict(t: torch.Tensor, space, dim: int, keep_dim: bool) -> torch.Tensor:
+    """``t`` sliced to ``space`` (all of dimension ``dim`` when ``keep_dim``)."""
+    sl = tuple(slice(None) if (d == dim and keep_dim) else slice(0, s) for d, s in enumerate(space))
+    return t[sl]
+
+
+def _as3(t: torch.Tensor, a: int, b: int, c: int) -> torch.Tensor | None:
+    try:
+        return t.view(a, b, c)
+    except RuntimeError:
+        return None
+
+
+def _canonical(input, dim, index, src, index_add: bool) -> _Canon:
+    if index_add:
+        space = list(input.shape)
+        space[dim] = index.numel()
+        space = tuple(space)
+    else:
+        space = tuple(index.shape)
+    outer = math.prod(space[:dim])
+    L = space[dim]
+    W = math.prod(space[dim + 1:])
+    N = input.shape[dim]
+    if index_add:
+        idx = index.reshape(-1)
+        strides = (0, idx.stride(0) if idx.numel() else 1, 0)
+        row_index, shared = True, True
+    else:
+        idx = index.reshape(outer, L, W)
+        strides = tuple(idx.stride())
+        row_index = W == 1 or idx.stride(2) == 0
+        shared = outer == 1 or idx.stride(0) == 0
+    src3 = _restrict(src, space, dim, keep_dim=False).reshape(outer, L, W)
+    full = all(space[d] == input.shape[d] for d in range(input.dim()) if d != dim)
+    return _Canon(space, dim, outer, L, N, W, idx, strides, src3, row_index, shared, full)
+
+
+def _out_view(out: torch.Tensor, c: _Canon) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(out3, tmp, view): the destinations of ``out`` as (outer, N, W); ``tmp`` is a contiguous
+    stand-in to copy back into ``view`` when that region cannot be viewed in three dimensions."""
+    view = out if c.full else _restrict(out, c.space, c.dim, keep_dim=True)
+    out3 = _as3(view, c.outer, c.N, c.W)
+    if out3 is not None:
+        return out3, None, view
+    tmp = view.contiguous()
+    return tmp.view(c.outer, c.N, c.W), tmp, view
+
+
+def _index_error(op: str, c: _Canon) -> IndexError:
+    return IndexError(
+        f"roofkit.{op}: index holds values outside [0, {c.N}) (the size of dimension {c.dim} of input)"
+    )
+
+
+def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
+    out.copy_(input)
+    out3, tmp, view = _out_view(out, c)
+    work = out3
+    if out3.dtype != torch.float32 and interpreter_active():
+        # Under the interpreter 16-bit destinations accumulate in a float32 copy, rounded once:
+        # Triton 3.6's interpreter has no bfloat16 atomics, and torch's CPU kernels (the error
+        # budget of CPU runs) accumulate 16-bit index_add in float32. On the GPU the atomics add
+        # in the destination's dtype, as torch's CUDA kernels do.
+        work = out3.to(torch.float32)
+    err = torch.zeros((1,), dtype=torch.int32, device=out.device)
+    cfg = _atomic_config(c.W)
+    n_lb, n_ib = triton.cdiv(c.L, cfg.BLOCK_R), triton.cdiv(c.W, cfg.BLOCK_I)
+    s = c.src
+    _scatter_add_atomic_kernel[(c.outer * n_lb * n_ib,)](
+        work, c.idx, s, err, alpha, c.L, c.N, c.W, n_lb, n_ib,
+        *work.stride(), *c.idx_strides, *s.stride(),
+        ROW_INDEX=c.row_index, HAS_ALPHA=alpha != 1, USE_INT64=_use_int64(work, c.idx, s),
+        BLOCK_L=cfg.BLOCK_R, BLOCK_I=cfg.BLOCK_I, num_warps=cfg.num_warps,
+    )
+    if work is not out3:
+        out3.copy_(work)
+    if tmp is not None:
+        view.copy_(tmp.view(view.shape))
+    if int(err.item()):
+        raise _index_error(op, c)
+
+
+def _sort_keys(c: _Canon) -> tuple[torch.Tensor, int, int, int, bool, torch.Tensor]:
+    """(keys, B, B_INNER, width, batched, index values used): one key per contribution, ordered so
+    that a stable sort groups each destination's contributions in their original order."""
+    dev = c.src.device
+    if c.row_index:
+        rows = torch.as_strided(c.idx, (c.outer, c.L), (c.idx_strides[0], c.idx_strides[1]))
+        if c.shared:
+            vals = rows[0]
+            return vals, c.outer, 1, c.W, False, vals
+        base = torch.arange(c.outer, device=dev, dtype=torch.int64)[:, None] * c.N
+        return (base + rows).reshape(-1), c.outer, 1, c.W, True, rows
+    # Element mode: one batch per (o, i) column, keys ordered (o, i, l).
+    full = torch.as_strided(c.idx, (c.outer, c.L, c.W), c.idx_strides)
+    b = torch.arange(c.outer * c.W, device=dev, dtype=torch.int64).view(c.outer, c.W, 1)
+    return (b * c.N + full.permute(0, 2, 1)).reshape(-1), c.outer * c.W, c.W, 1, True, full
+
+
+def _sorted_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
+    keys, B, b_inner, width, batched, used = _sort_keys(c)
+    n_dest = (B if batched else 1) * c.N
+    dev = keys.device
+    bad = ((used < 0) | (used >= c.N)).any()
+    # int32 keys halve the radix sort's passes and traffic whenever they fit.
+    kdt = torch.int32 if n_dest < 2**31 else torch.int64
+    sorted_keys, perm = torch.sort(keys.to(kdt), stable=True)
+    bounds = torch.searchsorted(sorted_keys, torch.arange(n_dest + 1, device=dev, dtype=kdt))
+    counts = bounds[1:] - bounds[:-1]
+    bad, longest = torch.stack((bad.to(torch.int64), counts.max())).tolist()  # one synchronization
+    if bad:
+        raise _index_error(op, c)
+    if c.full:
+        inp3 = input.reshape(c.outer, c.N, c.W)
+        out3, tmp, view = out.view(c.outer, c.N, c.W), None, out
+    else:
+        out.copy_(input)
+        out3, tmp, view = _out_view(out, c)
+        inp3 = out3  # each element is read and written by the same program
+    s = c.src
+    seg = _piece_length(longest)
+    has_pieces = longest > seg
+    extra = first = part = bounds  # placeholders, never read without pieces
+    n_pieces = 0
+    if has_pieces:
+        extra = torch.where(counts > 0, (counts - 1) // seg, 0)
+        first = torch.cumsum(extra, 0) - extra
+        n_pieces = int(extra.sum())
+        q = torch.repeat_interleave(torch.arange(n_dest, device=dev), extra, output_size=n_pieces)
+        a = bounds[q] + (torch.arange(n_pieces, device=dev) - first[q] + 1) * seg
+        pieces = torch.stack((q, a, torch.minimum(a + seg, bounds[q + 1])), dim=1).contiguous()
+        n_bg = 1 if batched else B
+        part = torch.empty((n_bg * n_pieces, width), dtype=torch.float32, device=dev)
+        block_i = min(next_pow2(width), SORTED_MAX_BLOCK_I)
+        block_p = max(1, min(seg, PIECE_TILE // block_i))
+        n_ib = triton.cdiv(width, block_i)
+        _scatter_add_piece_kernel[(n_bg * n_pieces * n_ib,)](
+            s, perm, pieces, part, c.N, c.L, width, b_inner, n_pieces, n_ib, *s.stride(),
+            BATCHED=batched, USE_INT64=_use_int64(s, perm, part), BLOCK_P=block_p, BLOCK_I=block_i, num_warps=4,
+        )
+    cfg = _sorted_config(width)
+    n_db, n_ib = triton.cdiv(c.N, cfg.BLOCK_R), triton.cdiv(width, cfg.BLOCK_I)
+    _scatter_add_sorted_kernel[(B * n_db * n_ib,)](
+        inp3, out3, s, perm, bounds, extra, first, part, alpha, c.N, c.L, width, b_inner, n_db, n_ib,
+        seg, n_pieces, *inp3.stride(), *out3.stride(), *s.stride(),
+        BATCHED=batched, HAS_PIECES=has_pieces, HAS_ALPHA=alpha != 1,
+        USE_INT64=_use_int64(inp3, out3, s, bounds, perm, part), BF16_RNE=bf16_rne(out.dtype),
+        UNROLL=UNROLL, BLOCK_D=cfg.BLOCK_R, BLOCK_I=cfg.BLOCK_I, num_warps=cfg.num_warps,
+    )
+    if tmp is not None:
+        view.copy_(tmp.view(view.shape))
+
+
+def _scatter_add_forward(op, input, dim, index, src, alpha, index_add, deterministic) -> torch.Tensor:
+    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    c = _canonical(input, dim, index, src, index_add)
+    if c.N == 0 and c.outer * c.L * c.W:
+        raise _index_error(op, c)  # every index value is out of range of an empty dimension
+    if out.numel() == 0:
+        return out
+    if c.outer * c.L * c.W == 0:
+        out.copy_(input)
+        return out
+    (_sorted_path if deterministic else _atomic_path)(op, input, out, c, alpha)
+    return out
+
+
+def _scatter_gather_backward(grad, dim, index, src_shape, alpha, index_add) -> torch.Tensor:
+    grad_src = torch.empty(src_shape, dtype=grad.dtype, device=grad.device)
+    c = _canonical(grad, dim, index, grad_src, index_add)
+    if grad_src.numel() == 0:
+        return grad_src
+    if tuple(c.space) != tuple(src_shape):
+        grad_src.zero_()  # src elements outside index's extent receive no gradient
+    if c.outer * c.L * c.W == 0:
+        return grad_src
+    g3 = _restrict(grad, c.space, dim, keep_dim=True).reshape(c.outer, c.N, c.W)
+    view = _restrict(grad_src, c.space, dim, keep_dim=False)
+    u3 = _as3(view, c.outer, c.L, c.W)
+    tmp = None
+    if u3 is None:
+        tmp = torch.empty((c.outer, c.L, c.W), dtype=grad.dtype, device=grad.device)
+        u3 = tmp
+    cfg = _atomic_config(c.W)
+    n_lb, n_ib = triton.cdiv(c.L, cfg.BLOCK_R), triton.cdiv(c.W, cfg.BLOCK_I)
+    _scatter_gather_kernel[(c.outer * n_lb * n_ib,)](
+        g3, c.idx, u3, alpha, c.L, c.N, c.W, n_lb, n_ib,
+        *g3.stride(), *c.idx_strides, *u3.stride(),
+        ROW_INDEX=c.row_index, HAS_ALPHA=alpha != 1, USE_INT64=_use_int64(g3, c.idx, u3),
+        BF16_RNE=bf16_rne(grad.dtype), BLOCK_L=cfg.BLOCK_R, BLOCK_I=cfg.BLOCK_I, num_warps=cfg.num_warps,
+    )
+    if tmp is not None:
+        view.copy_(tmp.view(view.shape))
+    return grad_src
