@@ -73,7 +73,8 @@ def cmd_list(args) -> int:
         fns, skipped = provider_callables(s, None) if args.providers else ({}, {})
         prov = ", ".join(["roofkit"] + list(s.baselines))
         if args.providers:
-            prov = ", ".join(list(fns) + [f"{n} (not installed)" for n in skipped])
+            prov = ", ".join(list(fns) + [f"{n} ({'not installed' if why.startswith('not installed') else 'not available here'})"
+                                          for n, why in skipped.items()])
         t.add_row(
             s.name,
             ", ".join(str(d).removeprefix("torch.") for d in s.dtypes),
@@ -280,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="verify, time and place every provider on a suite's shapes")
     s.add_argument("ops", nargs="*")
     s.add_argument("--suite", default="llama3-8b", choices=SUITES)
-    s.add_argument("--providers", nargs="+", help="subset of providers (roofkit, torch, torch.compile, liger, flaggems)")
+    s.add_argument("--providers", nargs="+", help="subset of providers (roofkit, torch, torch.compile, liger, flaggems, and op-specific ones: "
+                   "see `roofkit list OPS --providers`)")
     s.add_argument("--cases", nargs="+", help="only these case names of the suite")
     s.add_argument("--l2", default="cold", choices=("cold", "warm"))
     s.add_argument("--graph", action="store_true", help="time CUDA-graph replays")

@@ -47,7 +47,7 @@ def provider_callables(spec: OpSpec, wanted: Sequence[str] | None) -> tuple[dict
         except ImportError as exc:
             fn, why = None, f"not installed ({exc})"
         else:
-            why = "not installed"
+            why = "not available here (not installed, or needs a GPU)"
         if fn is None:
             skipped[name] = why
         else:
