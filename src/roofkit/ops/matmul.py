@@ -242,12 +242,6 @@ def _choose(a, b, c, bias, out, alpha, beta, act: int) -> Config:
                          run, reference, a.device, a.dtype)
 
 
-def chosen_config(input, other, *, c=None) -> Config:
-    """The configuration roofkit.matmul uses for these 2-D operands (tuned or default)."""
-    out = torch.empty((input.shape[0], other.shape[1]), dtype=input.dtype, device=input.device)
-    return _choose(input, other, c, None, out, 1.0, 0.0, 0)
-
-
 # ----------------------------------------------------------------------------- host launcher
 
 

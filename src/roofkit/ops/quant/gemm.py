@@ -31,10 +31,6 @@ INT8_MAX_K = (2**31 - 1) // (255 * 255)
 # ----------------------------------------------------------------------------- references (torch math)
 
 
-def _vec(t, like_dtype=torch.float64):
-    return t.to(like_dtype) if t is not None else None
-
-
 def int8_matmul_reference(qa, qb, scale_a, zero_point_a, scale_b, zero_point_b, *, bias=None, out_dtype=torch.bfloat16):
     """(qa - Za) @ (qb - Zb) * Sa * Sb + bias in float64 (exact products and sums)."""
     a = qa.to(torch.float64) - (zero_point_a.to(torch.float64) if zero_point_a is not None else 0.0)
