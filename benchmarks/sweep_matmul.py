@@ -3,7 +3,8 @@ shapes, each output checked against torch (relative L2) before it is timed, cuBL
 
     python3 benchmarks/sweep_matmul.py [--quick] [--json PATH]
 
-Timing: triton.testing.do_bench (median, L2 flushed before each call). Prints one line per
+Timing: the harness's device timer, as the autotuner and ``roofkit bench`` use it (CUDA events,
+L2 flushed before each call, host enqueue time hidden). Prints one line per
 (shape, configuration) and a summary table of the best per shape last.
 """
 
@@ -18,8 +19,7 @@ import torch
 os.environ["ROOFKIT_AUTOTUNE"] = "0"
 mm = importlib.import_module("roofkit.ops.matmul")
 G = importlib.import_module("roofkit.ops._gemm")
-from roofkit.ops._autotune import rel_l2  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
+from roofkit.ops._autotune import _time_ms, rel_l2  # noqa: E402
 
 Config = G.Config
 
@@ -40,12 +40,14 @@ def big_configs(dtype):
 def small_configs(m, n, k):
     out = []
     bm = max(16, min(64, 1 << (m - 1).bit_length()))
-    for bn in (64, 128):
+    tiles = lambda bn: -(-m // bm) * -(-n // bn)  # noqa: E731
+    for bn in (32, 64, 128):
         for bk in (128, 256):
             for split in (1, 2, 4, 8, 16, 32):
-                out.append(Config(bm, bn, bk, 8, 4, 4, kind="ptr", split_k=split))
-    for split in (4, 8, 16):
-        out.append(Config(bm, 128, 256, 8, 8, 3, kind="ptr", split_k=split))
+                if tiles(bn) * split <= 8 * 132 and k // split >= bk:
+                    for w, s in ((4, 4), (8, 3)):
+                        if bn * bk * s * 2 <= 160 * 1024:
+                            out.append(Config(bm, bn, bk, 8, w, s, kind="ptr", split_k=split))
     return out
 
 
@@ -59,7 +61,7 @@ def run_case(name, m, n, k, dtype, cfgs, act=0, bias=False, log=None):
         ref += bv.float()
     ref = mm._activation_torch(ref, mm._ACT_NAMES[act])
     flops = 2 * m * n * k
-    t_cublas = do_bench(lambda: torch.matmul(a, b), warmup=10, rep=60, return_mode="median")
+    t_cublas = _time_ms(lambda: torch.matmul(a, b))
     rows = [{"case": name, "config": "cuBLAS torch.matmul", "ms": t_cublas, "tflops": flops / t_cublas / 1e9}]
     if act or bias:
         import torch.nn.functional as F
@@ -70,7 +72,7 @@ def run_case(name, m, n, k, dtype, cfgs, act=0, bias=False, log=None):
                 y = y + bv
             return F.gelu(y) if act else y
 
-        t = do_bench(unfused, warmup=10, rep=60, return_mode="median")
+        t = _time_ms(unfused)
         rows.append({"case": name, "config": "torch unfused matmul+bias+gelu", "ms": t, "tflops": flops / t / 1e9})
     print(f"{name}: cuBLAS {t_cublas * 1e3:.1f} us {flops / t_cublas / 1e9:.0f} TFLOP/s", flush=True)
     for cfg in cfgs:
@@ -83,8 +85,9 @@ def run_case(name, m, n, k, dtype, cfgs, act=0, bias=False, log=None):
             if not err < 2e-2:
                 row = {"case": name, "config": cfg.label(), "error": err, "status": "WRONG"}
             else:
-                t = do_bench(lambda: mm._launch(cfg, a, b, None, bv, out, 1.0, 0.0, act), warmup=5, rep=40, return_mode="median")
-                row = {"case": name, "config": cfg.label(), "ms": t, "tflops": flops / t / 1e9, "vs_cublas": t_cublas / t, "error": err}
+                t = _time_ms(lambda: mm._launch(cfg, a, b, None, bv, out, 1.0, 0.0, act))
+                row = {"case": name, "config": cfg.label(), "ms": t, "tflops": flops / t / 1e9, "vs_cublas": t_cublas / t, "error": err,
+                       "gbps": (m * k + k * n + m * n) * a.element_size() / t / 1e6}
         except Exception as exc:
             row = {"case": name, "config": cfg.label(), "status": f"{type(exc).__name__}: {str(exc)[:150]}"}
         row["compile_s"] = time.time() - t0

@@ -110,7 +110,7 @@ def test_matmul_k0_matches_addmm(device):
 
 
 def test_matmul_empty_inputs_no_launch(forbid_launch, device):
-    for name in ("_matmul_kernel", "_matmul_tma_kernel", "_splitk_combine_kernel"):
+    for name in ("_matmul_kernel", "_matmul_tma_kernel"):
         forbid_launch(mm._gemm, name)
     for sa, sb, want in [((0, 5), (5, 3), (0, 3)), ((4, 5), (5, 0), (4, 0)), ((0, 4, 5), (5, 3), (0, 4, 3)),
                          ((1, 4, 5), (0, 5, 3), (0, 4, 3))]:
@@ -250,7 +250,7 @@ def test_bad_input_raises_naming_op_and_argument(i, device):
 @pytest.mark.parametrize("cfg", [TMA_SMALL, TMA_PERSISTENT, TMA_EPI_SPLIT, TMA_STORE, SPLIT_K, SMALL_TILES], ids=lambda c: c.label())
 def test_matmul_each_launch_form_matches_float64_reference(monkeypatch, device, cfg):
     # Multi-tile grids for each form: descriptor loads (plain and persistent, where each program
-    # walks several tiles), split-K (3 K chunks + the ordered combine) and pointer loads.
+    # walks several tiles), split-K (3 K chunks, the last program combining in order) and pointer loads.
     monkeypatch.setattr(mm, "_launch_config", lambda *a: cfg)
     cases = ["small_odd_33x17x29", "transposed_a_19x23x37", "transposed_b_19x23x37", "strided_both_12x10x9",
              "gelu_bias_17x18x19", "alpha_beta_c_13x14x15", "c_row_broadcast_13x14x15", "broadcast_b2d_folded_c_9x10x11",
@@ -288,6 +288,19 @@ def test_split_k_is_bitwise_deterministic(monkeypatch, device):
     y1, y2 = matmul(a, b), matmul(a, b)
     assert torch.equal(y1, y2)
     torch.testing.assert_close(y1, (a.double() @ b.double()).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_split_k_leaves_tile_counters_at_zero(monkeypatch, device):
+    # The last program of each tile resets its arrival counter: a stale count would make the next
+    # launch combine before every slot is written. Several shapes in a row reuse one buffer.
+    monkeypatch.setattr(mm, "_launch_config", lambda *a: SPLIT_K)
+    for i, (m, k, n) in enumerate([(9, 70, 11), (40, 100, 33), (1, 50, 70), (9, 70, 11)]):
+        a, b = _t((m, k), device, seed=i), _t((k, n), device, seed=i + 10)
+        y = matmul(a, b, bias=_t((n,), device, seed=i + 20), activation="relu")
+        want = torch.relu(a.double() @ b.double() + _t((n,), device, seed=i + 20).double()).float()
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+        if device.type == "cuda":
+            assert int(mm._gemm._tile_locks(device, 1).count_nonzero()) == 0
 
 
 def test_autotune_key_buckets_nearby_shapes(device):

@@ -11,14 +11,14 @@ rounding at the store):
   aligned buffer: the copy costs two passes over the operand, small next to an M*N*K product.
 - ``ptr``: pointer loads with any strides (batched, broadcast batch, odd strides).
 - ``split-K``: the ``ptr`` kernel over (tiles, splits), each program adding one K chunk into an
-  fp32 workspace slot of its own, then ``_splitk_combine_kernel`` (same stream, launched after)
-  sums the slots in a fixed order and applies the epilogue: deterministic. For few output tiles
-  and long K (decode shapes, GEMV).
+  fp32 workspace slot of its own; the last program to finish a tile (per-tile arrival counter)
+  sums the slots in slot order and applies the epilogue: one launch, deterministic. For few
+  output tiles (GEMV, decode shapes).
 
 Source: classic tiled GEMM with grouped tile order (the L2-grouping idea is described in Triton's
 matmul tutorial); persistent tile loops and TMA descriptors as Hopper GEMMs use them (CUTLASS
 and Triton's persistent-matmul tutorial describe both); split-K as in CUTLASS's "serial /
-parallel split-K" (parallel form: separate reduction kernel).
+parallel split-K", the last-arriving program doing the reduction as in stream-K "fixup" tiles.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import bf16_rne, interpreter_active, next_pow2, sm_count
+from ._common import bf16_rne, interpreter_active, sm_count
 from ._jit import _round_for_store
 
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
@@ -39,7 +39,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on the grid's second axis: larger batches lau
 @dataclasses.dataclass(frozen=True)
 class Config:
     """One launch configuration. ``kind``: "tma" | "ptr"; ``split_k`` > 1 selects split-K (ptr
-    kernel + combine); ``persistent``: tma grid capped at sm_count * ctas_per_sm programs."""
+    kernel, the last program of each tile combining); ``persistent``: tma grid capped at sm_count * ctas_per_sm programs."""
 
     BLOCK_M: int
     BLOCK_N: int
@@ -162,16 +162,19 @@ def _epilogue_store(acc, off_m, off_n, M, N, c_ptr, s_cm, s_cn, bias_ptr, out_pt
 
 @triton.jit
 def _matmul_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, out_ptr, M, N, K, alpha, beta, k_chunk, a_step, b_step,
+    a_ptr, b_ptr, c_ptr, bias_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, alpha, beta, k_chunk, a_step, b_step,
     s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn, s_ob, s_om, s_on,
     HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, PARTIAL: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, BF16_RNE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """Pointer form: one [BLOCK_M, BLOCK_N] tile per program along axis 0; axis 1 is the batch
-    entry, or with PARTIAL the split-K slot (K chunk [slot * k_chunk, (slot + 1) * k_chunk),
-    fp32 accumulator stored raw to out slot ``slot``, no epilogue). Offsets are int64; a_step /
-    b_step (BLOCK_K times the K strides) come from the host, int64 when they must be."""
+    entry, or with PARTIAL the split-K slot: K chunk [slot * k_chunk, (slot + 1) * k_chunk), its
+    fp32 accumulator stored raw to workspace slot ``slot`` (M * N floats each, ``ws_ptr``); the
+    program that finishes a tile last (a per-tile counter at ``lock_ptr``, acq_rel) sums the
+    slots in slot order, applies the epilogue, stores the tile and puts the counter back to 0.
+    Offsets are int64; a_step / b_step (BLOCK_K times the K strides) come from the host, int64
+    when they must be."""
     pid = tl.program_id(0)
     bid = tl.program_id(1).to(tl.int64)
     tile_m, tile_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
@@ -207,36 +210,25 @@ def _matmul_kernel(
         a_ptrs += a_step
         b_ptrs += b_step
     mask = m_ok[:, None] & n_ok[None, :]
-    o_ptrs = out_ptr + bid * s_ob + rm64[:, None] * s_om + rn64[None, :] * s_on
     if PARTIAL:
-        tl.store(o_ptrs, acc, mask=mask)
+        w_ptrs = ws_ptr + rm64[:, None] * N + rn64[None, :]
+        tl.store(w_ptrs + bid * M * N, acc, mask=mask)
+        tl.debug_barrier()  # every thread's slot stores precede the release below
+        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel", scope="gpu")
+        if arrived == tl.num_programs(1) - 1:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for s in range(0, tl.num_programs(1)):  # slot order: the same bits whoever is last
+                acc += tl.load(w_ptrs + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            acc = _epilogue(acc, rm64, rn64, mask, n_ok, c_ptr, s_cm, s_cn, bias_ptr, alpha, beta,
+                            HAS_C, HAS_BIAS, ACTIVATION)
+            tl.store(out_ptr + rm64[:, None] * s_om + rn64[None, :] * s_on, _round_for_store(acc, out_ptr, BF16_RNE),
+                     mask=mask)
+            tl.atomic_xchg(lock_ptr + pid, 0, sem="relaxed", scope="gpu")  # ready for the next launch
     else:
         acc = _epilogue(acc, rm64, rn64, mask, n_ok, c_ptr + bid * s_cb, s_cm, s_cn, bias_ptr, alpha, beta,
                         HAS_C, HAS_BIAS, ACTIVATION)
-        tl.store(o_ptrs, _round_for_store(acc, out_ptr, BF16_RNE), mask=mask)
-
-
-@triton.jit
-def _splitk_combine_kernel(
-    ws_ptr, c_ptr, bias_ptr, out_ptr, M, N, SPLITS, slot, alpha, beta, s_cm, s_cn, s_om, s_on,
-    HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, BF16_RNE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """Sum the SPLITS fp32 slots (each M x N, contiguous, ``slot`` = M * N elements apart) of
-    one tile in slot order, then the epilogue and the store: the same bits every run."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = rm < M
-    n_ok = rn < N
-    mask = m_ok[:, None] & n_ok[None, :]
-    rm64 = rm.to(tl.int64)
-    rn64 = rn.to(tl.int64)
-    ptrs = ws_ptr + rm64[:, None] * N + rn64[None, :]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for s in range(0, SPLITS):
-        acc += tl.load(ptrs + s * slot, mask=mask, other=0.0)
-    acc = _epilogue(acc, rm64, rn64, mask, n_ok, c_ptr, s_cm, s_cn, bias_ptr, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION)
-    tl.store(out_ptr + rm64[:, None] * s_om + rn64[None, :] * s_on, _round_for_store(acc, out_ptr, BF16_RNE), mask=mask)
+        tl.store(out_ptr + bid * s_ob + rm64[:, None] * s_om + rn64[None, :] * s_on,
+                 _round_for_store(acc, out_ptr, BF16_RNE), mask=mask)
 
 
 @triton.jit
@@ -378,7 +370,7 @@ def launch_ptr(cfg: Config, a3, b3, c3, bias, o3, alpha, beta, act: int):
         cc = c3[b0:b1] if c3 is not None else ca
         cs = cc.stride() if c3 is not None else (0, 0, 0)
         _matmul_kernel[(tiles, b1 - b0)](
-            ca, cb, cc, bias if bias is not None else ca, co, m, n, k, float(alpha), float(beta), k,
+            ca, cb, cc, bias if bias is not None else ca, co, ca, ca, m, n, k, float(alpha), float(beta), k,
             cfg.BLOCK_K * ca.stride(2), cfg.BLOCK_K * cb.stride(1),
             *ca.stride(), *cb.stride(), *cs, *co.stride(),
             HAS_C=c3 is not None, HAS_BIAS=bias is not None, ACTIVATION=act, PARTIAL=False,
@@ -388,29 +380,40 @@ def launch_ptr(cfg: Config, a3, b3, c3, bias, o3, alpha, beta, act: int):
         )
 
 
+_LOCKS: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _tile_locks(device: torch.device, tiles: int) -> torch.Tensor:
+    """Per-tile arrival counters, all zero between launches (the last program of a tile puts its
+    counter back), one buffer per (device, stream) so that launches on different streams never
+    share one. Under CUDA-graph capture a fresh zeroed buffer (captured as a memset)."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return torch.zeros(tiles, dtype=torch.int32, device=device)
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    buf = _LOCKS.get(key)
+    if buf is None or buf.numel() < tiles:
+        buf = _LOCKS[key] = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+    return buf
+
+
 def launch_split_k(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
-    """2-D split-K: ``cfg.split_k`` K chunks (multiples of BLOCK_K) into an fp32 workspace, then
-    the ordered combine with the epilogue."""
+    """2-D split-K in one launch: ``cfg.split_k`` K chunks (multiples of BLOCK_K) per output
+    tile, each into its own fp32 workspace slot; the tile's last program combines them in slot
+    order with the epilogue (deterministic)."""
     m, k = a.shape
     n = b.shape[1]
     chunk = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.BLOCK_K) * cfg.BLOCK_K
     splits = triton.cdiv(k, chunk)
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
     tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
+    locks = _tile_locks(a.device, tiles)
+    cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
     _matmul_kernel[(tiles, splits)](
-        a, b, a, a, ws, m, n, k, 1.0, 0.0, chunk, cfg.BLOCK_K * a.stride(1), cfg.BLOCK_K * b.stride(0),
-        0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1), 0, 0, 0, m * n, n, 1,
-        HAS_C=False, HAS_BIAS=False, ACTIVATION=0, PARTIAL=True,
-        INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=False, UPCAST=upcast(a.dtype),
+        a, b, c if c is not None else a, bias if bias is not None else a, out, ws, locks, m, n, k, float(alpha), float(beta),
+        chunk, cfg.BLOCK_K * a.stride(1), cfg.BLOCK_K * b.stride(0),
+        0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1), 0, *cs, 0, out.stride(0), out.stride(1),
+        HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, PARTIAL=True,
+        INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=bf16_rne(out.dtype), UPCAST=upcast(a.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    bm = min(64, max(16, next_pow2(m)))
-    bn = min(128, max(16, next_pow2(n)))
-    cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
-    _splitk_combine_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](
-        ws, c if c is not None else ws, bias if bias is not None else ws, out, m, n, splits, m * n, float(alpha), float(beta),
-        *cs, out.stride(0), out.stride(1),
-        HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, BF16_RNE=bf16_rne(out.dtype),
-        BLOCK_M=bm, BLOCK_N=bn, num_warps=4,
     )
