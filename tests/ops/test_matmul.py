@@ -274,7 +274,7 @@ def test_split_k_heuristic_only_for_few_tiles_and_long_k():
     cfg = mm._split_k_config(1, 1024, 16384, torch.bfloat16, 132)
     assert cfg is not None and cfg.split_k > 1 and cfg.BLOCK_M == 16
     assert cfg.split_k * 16 <= 2 * 132  # tiles * split <= 2 programs per SM
-    assert mm._split_k_config(1, 4096, 4096, torch.bfloat16, 132) is None  # measured slower
+    assert mm._split_k_config(1, 4096, 4096, torch.bfloat16, 132) is None  # measured no faster
     assert mm._split_k_config(8192, 8192, 8192, torch.bfloat16, 132) is None  # plenty of tiles
     assert mm._split_k_config(1, 4096, 512, torch.bfloat16, 132) is None  # short K
     assert mm._launch_config(4096, 4096, 4096, torch.bfloat16, dev, True).kind == "tma"
