@@ -60,6 +60,29 @@ def test_attention_rectangular_tiles_causal_edges(monkeypatch, device, fwd, bwd)
     assert report.passed, report.summary()
 
 
+@pytest.mark.parametrize("use_desc", [True, False], ids=["descriptor_loads", "pointer_loads"])
+def test_attention_forward_kv_load_paths(monkeypatch, device, use_desc):
+    # The forward's K / V loads through tensor descriptors (rows past Sk zero-filled by the copy
+    # engine, per (batch, head) slice) and through masked pointers: both against float64, with
+    # ragged key counts, GQA and a non-contiguous (transposed-heads) K that descriptors accept.
+    monkeypatch.setattr(L, "FWD_DESC", use_desc)
+    if device.type == "cpu":
+        pytest.importorskip("triton.tools.tensor_descriptor")
+    q, k, v = _qkv(1, 4, 2, 20, 37, 32, device, dtype=torch.float16, seed=3)
+    descs = L._kv_descriptors(q, k, v, 32, 32, 16)
+    if use_desc and (device.type == "cpu" or torch.cuda.get_device_capability(device)[0] >= 9):
+        assert descs is not None
+    elif not use_desc:
+        assert descs is None
+    assert L._kv_descriptors(q, k[..., :31], v[..., :31], 31, 32, 16) is None  # head dim not a power of two
+    kt = k.transpose(1, 2).contiguous().transpose(1, 2)  # (B, S, H, D) memory, (B, H, S, D) view
+    for causal in (False, True):
+        for kk in (k, kt):
+            _, want, _ = _ref(q, kk, v, causal)
+            got = scaled_dot_product_attention(q, kk, v, is_causal=causal, enable_gqa=True)
+            torch.testing.assert_close(got.double(), want, rtol=2e-3, atol=2e-3)
+
+
 def test_attention_split_kv_decoding_path(monkeypatch, device):
     # Force the decoding kernels onto short sequences: several chunks per (batch, kv head),
     # ragged last chunk, rows of several query heads and queries in one tile, causal rows.

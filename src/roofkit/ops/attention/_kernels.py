@@ -22,16 +22,21 @@ def _mma(a, b, IEEE: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def _attn_fwd_inner(
-    acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b, hk, stride_kn, stride_kd, stride_vn, stride_vd,
     offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
     MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    DESC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Online softmax over the KV blocks [lo, hi). MASK: apply the key bound and the causal
-    diagonal (and guard rows that have seen nothing yet: max -inf)."""
+    diagonal (and guard rows that have seen nothing yet: max -inf). DESC: K and V blocks through
+    tensor descriptors (TMA; rows past Sk arrive zero-filled), else pointer loads. The scale is
+    folded into the exponent's argument (one FMA per score: s * qk_scale - m)."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        if MASK:
+        if DESC:
+            k = k_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+            v = v_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        elif MASK:
             kv_mask = offs_n[:, None] < Sk
             if not EVEN_D:
                 kv_mask = kv_mask & (offs_d[None, :] < D)
@@ -45,20 +50,20 @@ def _attn_fwd_inner(
                         mask=offs_d[None, :] < D, other=0.0)
             v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                         mask=offs_d[None, :] < D, other=0.0)
-        s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
+        s = _mma(q, tl.trans(k), IEEE, UPCAST)
         if MASK:
             ok = offs_n[None, :] < Sk
             if IS_CAUSAL:
                 ok = ok & (offs_n[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         if MASK:
             # A row that has seen no visible key keeps max -inf: subtract 0 instead (every p is 0).
             m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
         else:
             m_use = m_new
         alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s - m_use[:, None])
+        p = tl.math.exp2(s * qk_scale - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, IEEE, UPCAST)
         m_i = m_new
@@ -67,19 +72,20 @@ def _attn_fwd_inner(
 
 @triton.jit
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, o32_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, o32_ptr, k_desc, v_desc,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     Hq, G, Sq, Sk, D, qk_scale,
     IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O32: tl.constexpr,
+    BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O32: tl.constexpr, DESC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Output rows [BLOCK_M, D] and their base-2 lse for one (batch, query head, query block);
-    tiles Q [BLOCK_M, BLOCK_D] (registers), K and V [BLOCK_N, BLOCK_D] per step. STORE_O32: also
-    the unrounded output (contiguous fp32) for the backward's delta."""
+    tiles Q [BLOCK_M, BLOCK_D] (registers), K and V [BLOCK_N, BLOCK_D] per step (DESC: through
+    4-D tensor descriptors of K and V, block [1, 1, BLOCK_N, BLOCK_D]). STORE_O32: also the
+    unrounded output (contiguous fp32) for the backward's delta."""
     pid_bh = tl.program_id(0)
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)  # heaviest (last) query blocks first
     b = (pid_bh // Hq).to(tl.int64)
@@ -108,12 +114,16 @@ def _attn_fwd_kernel(
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    b32 = b.to(tl.int32)
+    hk32 = hk.to(tl.int32)
+    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b32, hk32,
+                                    stride_kn, stride_kd, stride_vn, stride_vd,
                                     offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
-                                    False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
-    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                                    False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, BLOCK_N, BLOCK_D)
+    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b32, hk32,
+                                    stride_kn, stride_kd, stride_vn, stride_vd,
                                     offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
-                                    True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
+                                    True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, BLOCK_N, BLOCK_D)
     dead = l_i == 0.0
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]

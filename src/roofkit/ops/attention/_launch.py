@@ -40,6 +40,10 @@ class Config(NamedTuple):
 # b4 h16 s8448 d128 causal). ``deterministic=True`` always takes the atomic-free kernel.
 ATOMIC_DQ = False
 
+# Forward K / V loads through tensor descriptors (TMA) where the layout allows them (Hopper or
+# newer, or the interpreter; 16-bit inputs; head dim a power of two; 16-byte aligned strides).
+FWD_DESC = True
+
 # Decoding (split-KV) is taken when a GQA group's query rows fit one tile of at most
 # DECODE_MAX_ROWS rows and the KV sequence has at least DECODE_MIN_SK keys.
 DECODE_MAX_ROWS = 64
@@ -50,11 +54,13 @@ DECODE_MIN_BLOCKS = 4
 
 
 def _fwd_config(d_pad: int, causal: bool, dtype: torch.dtype, sq: int) -> Config:
-    """Forward tiles, from a sweep on the H200 (bf16, 2026-11-30): d <= 64: 128 x 64 keys, 8 warps,
-    3 stages (339 TFLOP/s causal s2048 vs 316 with 4 warps); d <= 128: causal 128 x 64, 8 warps,
-    4 stages (470), non-causal 256 x 64, 8 warps, 3 stages (491; 128 x 128: 482); d = 256:
-    64 x 64, 4 warps, 2 stages (the shared-memory ring and the accumulator grow with d); fp32
-    inputs (IEEE dots) 64 x 32. Short query sequences shrink BLOCK_M. Interpreter: 16 x 16."""
+    """Forward tiles, from sweeps on the H200 (bf16, 2026-11-30, ``benchmarks/sweep_attention.py``;
+    K / V through tensor descriptors): d <= 64: 128 x 64 keys, 8 warps, 3 stages (343 TFLOP/s
+    causal s2048); d <= 128: causal 128 x 128, 8 warps, 3 stages (534 causal s8448; 128 x 64
+    4 stages: 501), non-causal 256 x 64, 8 warps, 3 stages (533; 128 x 128: 515); the same
+    order holds for pointer loads. d = 256: 64 x 64, 4 warps, 2 stages (the shared-memory ring
+    and the accumulator grow with d); fp32 inputs (IEEE dots) 64 x 32. Short query sequences
+    shrink BLOCK_M. Interpreter: 16 x 16."""
     if interpreter_active():
         return Config(16, 16, 4, 1)
     if dtype == torch.float32:
@@ -62,7 +68,7 @@ def _fwd_config(d_pad: int, causal: bool, dtype: torch.dtype, sq: int) -> Config
     elif d_pad <= 64:
         cfg = Config(128, 64, 8, 3)
     elif d_pad <= 128:
-        cfg = Config(128, 64, 8, 4) if causal else Config(256, 64, 8, 3)
+        cfg = Config(128, 128, 8, 3) if causal else Config(256, 64, 8, 3)
     else:
         cfg = Config(64, 64, 4, 2)
     bm = min(cfg.BLOCK_M, max(16, next_pow2(sq)))
@@ -116,6 +122,21 @@ def _flags(q: torch.Tensor, d: int, d_pad: int) -> dict:
     )
 
 
+def _kv_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: int, d_pad: int, block_n: int):
+    """(K descriptor, V descriptor) with block [1, 1, block_n, d], or None when FWD_DESC is off or
+    the layout cannot be described (then the kernel loads through pointers)."""
+    from .._gemm import tma_supported
+
+    if not (FWD_DESC and d == d_pad and q.dtype in (torch.float16, torch.bfloat16) and tma_supported(q.device)):
+        return None
+    for t in (k, v):
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((st * t.element_size()) % 16 for st in t.stride()[:-1]):
+            return None
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_n, d]) for t in (k, v))
+
+
 def _head_dim_pad(d: int) -> int:
     return max(16, next_pow2(d))
 
@@ -162,9 +183,10 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     cfg = _fwd_config(d_pad, causal, q.dtype, sq)
     use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * d) >= 2**31
     grid = (B * hq, triton.cdiv(sq, cfg.BLOCK_M))
+    descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
     _attn_fwd_kernel[grid](
-        q, k, v, out, lse, o32, *strides, hq, g, sq, sk, d, qk_scale,
-        IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32,
+        q, k, v, out, lse, o32, *(descs or (k, v)), *strides, hq, g, sq, sk, d, qk_scale,
+        IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32, DESC=descs is not None,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
     )
