@@ -14,10 +14,10 @@ steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests sanitize slow bench)
 for step in "${steps[@]}"; do
   echo "=== $step $(date -u +%T)"
   case $step in
-    tests) ROOFKIT_AUTOTUNE=0 timeout 500 python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider --durations=10 > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
+    tests) ROOFKIT_AUTOTUNE=0 timeout 400 python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider --durations=10 > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
     sanitize) for tool in memcheck racecheck; do
         timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_registry.py matmul scaled_dot_product_attention flash_attention quantize dequantize int8_matmul scaled_mm masked_select layer_norm cross_entropy sum mean amax transpose embedding_bag scatter_add index_add > "$R/sanitizer-$tool.txt" 2>&1; tail -4 "$R/sanitizer-$tool.txt"; done ;;
-    slow) timeout 300 python3 -m pytest -q -m slow -p no:cacheprovider > "$R/pytest-slow.txt" 2>&1; tail -5 "$R/pytest-slow.txt" ;;
+    slow) timeout 150 python3 -m pytest -q -m slow -p no:cacheprovider > "$R/pytest-slow.txt" 2>&1; tail -5 "$R/pytest-slow.txt" ;;
     bench) for s in "matmul scaled_dot_product_attention flash_attention:llama3-8b" "masked_select:acceptance" "int8_matmul scaled_mm quantize:acceptance"; do
         ops=${s%%:*}; suite=${s##*:}
         timeout 500 python3 -m roofkit.cli bench $ops --suite "$suite" --out "$R/bench-$suite-${ops%% *}" > "$R/bench-$suite-${ops%% *}.txt" 2>&1

@@ -13,7 +13,10 @@ Program mapping.
   output accumulator, normalized once at the end. The KV loop is split into an unmasked part
   (blocks every row sees) and a masked part (the causal diagonal and the ragged last block);
   fully masked blocks are never visited. The grid's second axis runs the query blocks from the
-  last (heaviest under causal masking) to the first, so the longest programs start first.
+  last (heaviest under causal masking) to the first, so the longest programs start first. K and
+  V blocks come through 4-D tensor descriptors (TMA; rows past Sk zero-filled per (batch, head))
+  on Hopper and newer when the head dim is a power of two and the strides are 16-byte aligned,
+  else through masked pointer loads (module switch ``FWD_DESC``).
 - Decoding (``_attn_decode_kernel`` + ``_attn_decode_combine_kernel``): when a GQA group's query
   rows (G * Sq) fit one tile, one program owns one chunk of the KV sequence of one (batch, kv
   head) and all query rows of that kv head's group, so K and V are read once per kv head; it
