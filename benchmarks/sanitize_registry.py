@@ -2,6 +2,11 @@
 
     compute-sanitizer --tool memcheck python3 benchmarks/sanitize_registry.py [OPS...]
     compute-sanitizer --tool racecheck python3 benchmarks/sanitize_registry.py matmul ...
+    ROOFKIT_SANITIZE_FORCE=split_k,ptr_attention compute-sanitizer ... matmul scaled_dot_product_attention
+
+ROOFKIT_SANITIZE_FORCE names launch paths the small cases would not take by default, forced for
+the whole run: ``split_k`` (matmul's one-launch split-K, 3 K chunks per tile, 16x16 tiles) and
+``ptr_attention`` (the attention forward's pointer loads instead of tensor descriptors).
 
 The CPU cases are the ones that reach the kernels' edges (ragged tiles, empty rows, odd strides,
 broadcast batches), at sizes the sanitizer runs in seconds. Without CUDA it runs the same calls
@@ -20,7 +25,20 @@ from roofkit.harness import registry  # noqa: E402
 from roofkit.harness.inputs import make_generator  # noqa: E402
 
 
+def _force(paths: set[str]) -> None:
+    import importlib
+
+    if "split_k" in paths:
+        mm = importlib.import_module("roofkit.ops.matmul")
+        cfg = mm.Config(16, 16, 16, 2, 4, 2, kind="ptr", split_k=3)
+        mm._launch_config = lambda *a: cfg
+        os.environ["ROOFKIT_AUTOTUNE"] = "0"
+    if "ptr_attention" in paths:
+        importlib.import_module("roofkit.ops.attention._launch").FWD_DESC = False
+
+
 def run(ops: list[str]) -> None:
+    _force({p for p in os.environ.get("ROOFKIT_SANITIZE_FORCE", "").split(",") if p})
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     specs = [s for s in registry.all_specs() if not ops or s.name in ops]
     for spec in specs:
