@@ -75,6 +75,11 @@ def test_attention_forward_kv_load_paths(monkeypatch, device, use_desc):
     elif not use_desc:
         assert descs is None
     assert L._kv_descriptors(q, k[..., :31], v[..., :31], 31, 32, 16) is None  # head dim not a power of two
+    kb, vb = k[:1].expand(2, -1, -1, -1), v[:1].expand(2, -1, -1, -1)  # batch stride 0
+    assert L._kv_descriptors(q.expand(2, -1, -1, -1), kb, vb, 32, 32, 16) is None
+    _, want, _ = _ref(q.expand(2, -1, -1, -1), kb, vb, True)
+    got = scaled_dot_product_attention(q.expand(2, -1, -1, -1), kb, vb, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(got.double(), want, rtol=2e-3, atol=2e-3)
     kt = k.transpose(1, 2).contiguous().transpose(1, 2)  # (B, S, H, D) memory, (B, H, S, D) view
     for causal in (False, True):
         for kk in (k, kt):

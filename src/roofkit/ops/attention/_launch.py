@@ -132,6 +132,8 @@ def _kv_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: int, d
     for t in (k, v):
         if t.stride(-1) != 1 or t.data_ptr() % 16 or any((st * t.element_size()) % 16 for st in t.stride()[:-1]):
             return None
+        if any(st == 0 for st, size in zip(t.stride(), t.shape) if size > 1):
+            return None  # a broadcast (expanded) dimension: the copy engine wants real strides
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, block_n, d]) for t in (k, v))
