@@ -88,6 +88,23 @@ def test_attention_forward_kv_load_paths(monkeypatch, device, use_desc):
             torch.testing.assert_close(got.double(), want, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("scale", [0.0, -0.25, -1.0, 1e-46, 1e-39, 3e-38, 10.0])
+def test_attention_forward_any_scale(monkeypatch, device, scale):
+    # The forward folds a positive normal scale into the exponent (FMA); zero, negative and
+    # subnormal scales must take the scale-then-mask form: masked scores are -inf *after*
+    # scaling (-inf * 0 would be NaN), and the max is over scaled scores (a negative scale flips
+    # it). Ragged keys and the causal diagonal put every block through the masked path; both
+    # load paths. Reference: float64 softmax with the same scale.
+    q, k, v = _qkv(1, 2, 2, 16, 20, 16, device, dtype=torch.float16, seed=7)
+    for desc in (True, False):
+        monkeypatch.setattr(L, "FWD_DESC", desc)
+        for causal in (False, True):
+            _, want, _ = _ref(q, k, v, causal, scale)
+            got = scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+            assert not got.isnan().any(), (desc, causal)
+            torch.testing.assert_close(got.double(), want, rtol=2e-3, atol=2e-3)
+
+
 def test_attention_split_kv_decoding_path(monkeypatch, device):
     # Force the decoding kernels onto short sequences: several chunks per (batch, kv head),
     # ragged last chunk, rows of several query heads and queries in one tile, causal rows.

@@ -218,7 +218,7 @@ def _matmul_kernel(
         if arrived == tl.num_programs(1) - 1:
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for s in range(0, tl.num_programs(1)):  # slot order: the same bits whoever is last
-                acc += tl.load(w_ptrs + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+                acc += tl.load(w_ptrs + s.to(tl.int64) * M * N, mask=mask, other=0.0, cache_modifier=".cg")
             acc = _epilogue(acc, rm64, rn64, mask, n_ok, c_ptr, s_cm, s_cn, bias_ptr, alpha, beta,
                             HAS_C, HAS_BIAS, ACTIVATION)
             tl.store(out_ptr + rm64[:, None] * s_om + rn64[None, :] * s_on, _round_for_store(acc, out_ptr, BF16_RNE),

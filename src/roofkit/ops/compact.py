@@ -375,7 +375,7 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         One launch: reads the mask once from DRAM (a second time from cache) and, of input, only
         the elements it keeps (so only the sectors holding them: a fraction 1 - (1-p)^8 of a
         float32 input for a random mask keeping p); writes the kept elements once, plus 8 bytes
-        per 16384 elements of look-back state. Below a quarter kept, masked_select adds a copy of
+        per tile of ``CHUNK * CHUNKS`` (8192) elements of look-back state. Below a quarter kept, masked_select adds a copy of
         the kept elements. ``masked_select_cost`` counts the mask once, those input sectors and
         the kept output. Broadcast or non-contiguous operands are first materialized contiguous.
     Source:

@@ -25,12 +25,14 @@ def _attn_fwd_inner(
     acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b, hk, stride_kn, stride_kd, stride_vn, stride_vd,
     offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
     MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    DESC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DESC: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Online softmax over the KV blocks [lo, hi). MASK: apply the key bound and the causal
     diagonal (and guard rows that have seen nothing yet: max -inf). DESC: K and V blocks through
-    tensor descriptors (TMA; rows past Sk arrive zero-filled), else pointer loads. The scale is
-    folded into the exponent's argument (one FMA per score: s * qk_scale - m)."""
+    tensor descriptors (TMA; rows past Sk arrive zero-filled), else pointer loads. FOLD (the host
+    sets it when qk_scale is a positive normal float): the scale is folded into the exponent's
+    argument (one FMA per score: s * qk_scale - m; scaling commutes with the max and keeps -inf).
+    Otherwise (a zero, negative or subnormal scale) the scores are scaled first, then masked."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if DESC:
@@ -51,19 +53,27 @@ def _attn_fwd_inner(
             v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                         mask=offs_d[None, :] < D, other=0.0)
         s = _mma(q, tl.trans(k), IEEE, UPCAST)
+        if not FOLD:
+            s = s * qk_scale
         if MASK:
             ok = offs_n[None, :] < Sk
             if IS_CAUSAL:
                 ok = ok & (offs_n[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+        if FOLD:
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
         if MASK:
             # A row that has seen no visible key keeps max -inf: subtract 0 instead (every p is 0).
             m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
         else:
             m_use = m_new
         alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s * qk_scale - m_use[:, None])
+        if FOLD:
+            p = tl.math.exp2(s * qk_scale - m_use[:, None])
+        else:
+            p = tl.math.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, IEEE, UPCAST)
         m_i = m_new
@@ -79,7 +89,7 @@ def _attn_fwd_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     Hq, G, Sq, Sk, D, qk_scale,
     IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O32: tl.constexpr, DESC: tl.constexpr,
+    BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O32: tl.constexpr, DESC: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Output rows [BLOCK_M, D] and their base-2 lse for one (batch, query head, query block);
@@ -119,11 +129,11 @@ def _attn_fwd_kernel(
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd,
                                     offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
-                                    False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, BLOCK_N, BLOCK_D)
+                                    False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, FOLD, BLOCK_N, BLOCK_D)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd,
                                     offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
-                                    True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, BLOCK_N, BLOCK_D)
+                                    True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, FOLD, BLOCK_N, BLOCK_D)
     dead = l_i == 0.0
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]

@@ -21,6 +21,7 @@ from ._kernels import (
 )
 
 LOG2E = 1.4426950408889634
+FP32_MIN_NORMAL = 2.0**-126  # below it a float32 scale may be flushed to zero on the device
 
 
 # ----------------------------------------------------------------------------- launch heuristic
@@ -189,6 +190,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     _attn_fwd_kernel[grid](
         q, k, v, out, lse, o32, *(descs or (k, v)), *strides, hq, g, sq, sk, d, qk_scale,
         IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32, DESC=descs is not None,
+        FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
     )
