@@ -212,13 +212,14 @@ def _matmul_kernel(
     mask = m_ok[:, None] & n_ok[None, :]
     if PARTIAL:
         w_ptrs = ws_ptr + rm64[:, None] * N + rn64[None, :]
-        tl.store(w_ptrs + bid * M * N, acc, mask=mask)
+        slot = (bid * 0 + M) * N  # int64: M * N floats per workspace slot
+        tl.store(w_ptrs + bid * slot, acc, mask=mask)
         tl.debug_barrier()  # every thread's slot stores precede the release below
         arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel", scope="gpu")
         if arrived == tl.num_programs(1) - 1:
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for s in range(0, tl.num_programs(1)):  # slot order: the same bits whoever is last
-                acc += tl.load(w_ptrs + s.to(tl.int64) * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+                acc += tl.load(w_ptrs + s * slot, mask=mask, other=0.0, cache_modifier=".cg")
             acc = _epilogue(acc, rm64, rn64, mask, n_ok, c_ptr, s_cm, s_cn, bias_ptr, alpha, beta,
                             HAS_C, HAS_BIAS, ACTIVATION)
             tl.store(out_ptr + rm64[:, None] * s_om + rn64[None, :] * s_on, _round_for_store(acc, out_ptr, BF16_RNE),
