@@ -30,6 +30,12 @@ def test_cli_verify_exits_1_and_prints_the_failing_case(monkeypatch, capsys):
     assert "FAIL" in out and "err_l2=" in out
 
 
+def test_cli_verify_dtype_the_op_does_not_take_is_an_error(capsys):
+    assert main(["verify", "softmax", "--quick", "--dtype", "float64"]) == 2
+    out = capsys.readouterr().out
+    assert "softmax does not take float64" in out and "float32" in out
+
+
 def test_cli_unknown_op_is_an_error():
     with pytest.raises(SystemExit):
         main(["verify", "no_such_op"])
@@ -39,7 +45,14 @@ def test_cli_unknown_op_is_an_error():
 def test_cli_bench_without_gpu_says_so_and_runs_checks(capsys):
     assert main(["bench", "rms_norm"]) == 0
     out = capsys.readouterr().out
-    assert "timing needs a GPU" in out and "rms_norm" in out
+    assert "timing needs a GPU" in out and "rms_norm" in out and "Nothing is written." in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_cli_bench_without_gpu_names_the_options_it_ignores(tmp_path, capsys):
+    assert main(["bench", "rms_norm", "--suite", "gpt2", "--out", str(tmp_path / "o"), "--graph"]) == 0
+    out = capsys.readouterr().out
+    assert "ignored without a GPU: --suite --graph --out" in out and not (tmp_path / "o").exists()
 
 
 def test_cli_report_compares_two_runs(tmp_path, capsys):

@@ -123,7 +123,21 @@ def _run_verify(specs, *, dtypes=None, quick=False, slow=False, seeds=3, console
 def cmd_verify(args) -> int:
     console = _console()
     dtypes = [_dtype(d) for d in args.dtype] if args.dtype else None
-    ok = _run_verify(_select_specs(args.ops), dtypes=dtypes, quick=args.quick, slow=args.slow, seeds=args.seeds, console=console)
+    specs = _select_specs(args.ops)
+    if dtypes:
+        # A named op must take every --dtype; without names, ops that take none of them are left out.
+        name = lambda d: str(d).removeprefix("torch.")  # noqa: E731
+        for spec in specs:
+            unsupported = [d for d in dtypes if d not in spec.dtypes]
+            if unsupported and args.ops:
+                console.print(f"[red]roofkit verify: {spec.name} does not take {', '.join(map(name, unsupported))}[/red]; "
+                              f"its dtypes are {', '.join(map(name, spec.dtypes))}")
+                return 2
+        specs = [s for s in specs if any(d in s.dtypes for d in dtypes)]
+        if not specs:
+            console.print(f"[red]roofkit verify: no op takes {', '.join(map(name, dtypes))}[/red]")
+            return 2
+    ok = _run_verify(specs, dtypes=dtypes, quick=args.quick, slow=args.slow, seeds=args.seeds, console=console)
     return 0 if ok else 1
 
 
@@ -137,6 +151,10 @@ def cmd_bench(args) -> int:
             "[bold yellow]No CUDA GPU found: timing needs a GPU.[/bold yellow] Running the correctness "
             "checks on small shapes instead (the Triton interpreter on CPU; `roofkit verify --quick`)."
         )
+        ignored = [flag for flag, used in (("--suite", args.suite != "llama3-8b"), ("--providers", args.providers),
+                                           ("--cases", args.cases), ("--l2", args.l2 != "cold"), ("--graph", args.graph),
+                                           ("--out", args.out != "roofkit-out")) if used]
+        console.print("Nothing is written" + (f"; ignored without a GPU: {' '.join(ignored)}." if ignored else "."))
         ok = _run_verify(specs, quick=True, seeds=3, console=console)
         console.print("correctness checks " + ("passed" if ok else "[red]FAILED[/red]"))
         return 0 if ok else 1
