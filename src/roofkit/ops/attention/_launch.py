@@ -11,6 +11,7 @@ import torch
 import triton
 
 from .._common import bf16_rne, interpreter_active, next_pow2, sm_count
+from .._gemm import tma_supported
 from ._kernels import (
     _attn_bwd_dkdv_kernel,
     _attn_bwd_dq_kernel,
@@ -126,8 +127,6 @@ def _flags(q: torch.Tensor, d: int, d_pad: int) -> dict:
 def _kv_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: int, d_pad: int, block_n: int):
     """(K descriptor, V descriptor) with block [1, 1, block_n, d], or None when FWD_DESC is off or
     the layout cannot be described (then the kernel loads through pointers)."""
-    from .._gemm import tma_supported
-
     if not (FWD_DESC and d == d_pad and q.dtype in (torch.float16, torch.bfloat16) and tma_supported(q.device)):
         return None
     for t in (k, v):
