@@ -23,7 +23,7 @@ launch = importlib.import_module("roofkit.ops.scatter._launch")
 
 pytestmark = pytest.mark.scatter
 
-_KERNELS = ("_scatter_add_atomic_kernel", "_scatter_add_sorted_kernel", "_scatter_gather_kernel")
+_KERNELS = ("_scatter_add_atomic_kernel", "_scatter_add_sorted_kernel", "_scatter_gather_kernel", "_index_range_kernel")
 
 
 def _gen(seed):
@@ -223,6 +223,40 @@ def test_out_of_range_index_raises_index_error(bad, deterministic, device):
     assert torch.equal(x, x0)
 
 
+@pytest.mark.parametrize("width", [3, 8, 40])
+@pytest.mark.parametrize("where", [0, 4095, 4096, 9999])
+def test_range_check_before_the_adds(width, where, monkeypatch, device):
+    # Rows at least PRECHECK_MIN_WIDTH wide check the whole index before any add (a separate
+    # range kernel over RANGE_BLOCK-index programs, the bad value in any of them), narrower rows
+    # inside the atomic kernel; both raise, and neither touches input. A valid index passes
+    # through the same paths with the right sums.
+    monkeypatch.setattr(launch, "RANGE_BLOCK", 4096 if device.type == "cuda" else 1024)
+    calls = []
+    real = launch._index_range_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            calls.append(grid)
+            return real[grid]
+    monkeypatch.setattr(launch, "_index_range_kernel", Spy())
+    L = 10000 if device.type == "cuda" else 2500
+    where = min(where, L - 1)
+    x = _randn((16, width), device)
+    x0 = x.clone()
+    idx = torch.randint(0, 16, (L,), generator=_gen(31)).to(device)
+    src = torch.randint(-3, 4, (L, width), generator=_gen(32)).float().to(device)
+    want = torch.index_add(x.cpu().double(), 0, idx.cpu(), src.cpu().double())
+    torch.testing.assert_close(index_add(x, 0, idx, src).cpu().double(), want, rtol=1e-6, atol=1e-5)
+    assert len(calls) == (1 if width >= launch.PRECHECK_MIN_WIDTH else 0)
+    idx[where] = 16
+    with pytest.raises(IndexError, match=r"roofkit\.index_add: index .*\[0, 16\)"):
+        index_add(x, 0, idx, src)
+    idx[where] = -1
+    with pytest.raises(IndexError, match=r"roofkit\.scatter_add: index"):
+        scatter_add(x, 0, idx[:, None].expand(L, width), src)
+    assert torch.equal(x, x0)
+
+
 def test_empty_inputs_return_without_launch(forbid_launch, device):
     for k in _KERNELS:
         forbid_launch(launch, k)
@@ -361,3 +395,4 @@ def test_index_add_alpha_beyond_float32_raises(device):
     x = torch.zeros(3, device=device)
     with pytest.raises(ValueError, match="alpha"):
         index_add(x, 0, torch.tensor([0], device=device), torch.ones(1, device=device), alpha=1e300)
+

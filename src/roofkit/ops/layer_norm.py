@@ -107,15 +107,16 @@ def _fwd_config(n: int) -> Config:
 
 
 def _bwd_config(n: int) -> Config:
-    """Tiles of about 2048 elements, 256 per warp (at most 16 warps); 2 programs per SM for tiles
-    up to 4096 elements, else 1; a 3-deep software-pipelined row loop. Rows longer than
+    """Tiles of about 2048 elements, 512 per warp (4 to 16 warps); 2 programs per SM for tiles
+    up to 4096 elements, else 1; a 3-deep software-pipelined row loop (H200 sweep at 32768 x 4096
+    bf16, benchmarks/NOTES.md: 8 warps 225 us, the former 16 warps 276 us). Rows longer than
     ``BWD_ONE_PASS_MAX_N`` (x, dy, weight and two accumulator rows would not fit the registers)
     take the chunked path."""
     block_n = next_pow2(n)
     if block_n <= BWD_ONE_PASS_MAX_N:
         block_m = max(1, 2048 // block_n)
         tile = block_m * block_n
-        warps = max(4, min(16, tile // 256))
+        warps = max(4, min(16, tile // 512))
         return Config(True, block_m, block_n, warps, PROGRAMS_PER_SM if tile <= 4096 else 1, 3)
     return Config(False, 1, LOOP_BLOCK_N, 16, PROGRAMS_PER_SM)
 

@@ -210,3 +210,23 @@ def _scatter_gather_kernel(
         g = g * alpha
     tl.store(out_ptr + o * stride_uo + rows[:, None] * stride_ul + cols[None, :] * stride_ui,
              _round_for_store(g, out_ptr, BF16_RNE), mask=tile_mask)
+
+
+@triton.jit
+def _index_range_kernel(idx_ptr, err_ptr, L, N, n_lb, stride_xo, stride_xl,
+                        USE_INT64: tl.constexpr, BLOCK_L: tl.constexpr):
+    """Counts the index values outside [0, N) among BLOCK_L of the L row indices of outer slice
+    o = pid // n_lb (index[o * stride_xo + l * stride_xl]); a non-zero count goes to err. Tile
+    [BLOCK_L]."""
+    pid = tl.program_id(0)
+    lb = pid % n_lb
+    o = pid // n_lb
+    rows = lb * BLOCK_L + tl.arange(0, BLOCK_L)
+    row_mask = rows < L
+    if USE_INT64:
+        rows = rows.to(tl.int64)
+        o = o.to(tl.int64)
+    d = tl.load(idx_ptr + o * stride_xo + rows * stride_xl, mask=row_mask, other=0)
+    n_bad = tl.sum((row_mask & ((d < 0) | (d >= N))).to(tl.int32), axis=0)
+    # Any non-zero count will do: racing programs only ever store non-zero values.
+    tl.store(err_ptr, n_bad, mask=n_bad > 0)

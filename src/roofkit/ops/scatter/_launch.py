@@ -14,6 +14,7 @@ import triton
 
 from .._common import bf16_rne, interpreter_active, needs_int64, next_pow2
 from ._kernels import (
+    _index_range_kernel,
     _scatter_add_atomic_kernel,
     _scatter_add_piece_kernel,
     _scatter_add_sorted_kernel,
@@ -25,6 +26,12 @@ from ._kernels import (
 
 ATOMIC_TILE = 4096  # elements per atomic-path (and gather) tile: 16 per thread with 8 warps
 ATOMIC_MAX_BLOCK_I = 512
+ATOMIC_WARPS = 8
+# Row-index calls whose rows are at least this wide check the index range before the adds, the
+# wait for that check overlapping the copy of input into the output (see _atomic_path); narrower
+# ones (1-D: the index is as large as the source) check inside the atomic kernel and wait at the end.
+PRECHECK_MIN_WIDTH = 8
+RANGE_BLOCK = 4096  # index values per program of the range check
 SORTED_TILE = 1024  # destination elements per deterministic-path tile (64 registers at most on sm_90)
 SORTED_MAX_BLOCK_I = 256
 UNROLL = 4  # contributions loaded together per step of the deterministic path (memory-level parallelism)
@@ -48,7 +55,7 @@ def _atomic_config(width: int) -> Config:
     """Tiles of ATOMIC_TILE elements; a row's columns stay contiguous (vectorized atomics) up to
     ATOMIC_MAX_BLOCK_I wide; W = 1 (1-D index_add) gives a column of 4096 index rows."""
     block_i = min(next_pow2(width), ATOMIC_MAX_BLOCK_I)
-    return Config(max(1, ATOMIC_TILE // block_i), block_i, 8)
+    return Config(max(1, ATOMIC_TILE // block_i), block_i, ATOMIC_WARPS)
 
 
 def _sorted_config(width: int) -> Config:
@@ -146,17 +153,58 @@ def _index_error(op: str, c: _Canon) -> IndexError:
     )
 
 
+def _precheck(c: _Canon, device: torch.device) -> bool:
+    """Whether a call checks its index range before the adds (row-index calls at least
+    PRECHECK_MIN_WIDTH wide, not under CUDA-graph capture, where the host cannot wait)."""
+    if not (c.row_index and c.W >= PRECHECK_MIN_WIDTH):
+        return False
+    return device.type != "cuda" or not torch.cuda.is_current_stream_capturing()
+
+
+def _launch_range_check(c: _Canon, err: torch.Tensor):
+    """Enqueues the index range check of a row-index call and, on a GPU, the copy of its count to
+    pinned host memory. Returns (count on the host, event recorded after that copy, or None when
+    the count is already there: the CPU)."""
+    outer = 1 if c.shared else c.outer
+    n_lb = triton.cdiv(c.L, RANGE_BLOCK)
+    _index_range_kernel[(outer * n_lb,)](
+        c.idx, err, c.L, c.N, n_lb, c.idx_strides[0], c.idx_strides[1],
+        USE_INT64=_use_int64(c.idx), BLOCK_L=RANGE_BLOCK, num_warps=4,
+    )
+    if err.device.type != "cuda":
+        return err, None
+    host = torch.empty((1,), dtype=torch.int32, pin_memory=True)
+    host.copy_(err, non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record(torch.cuda.current_stream(err.device))
+    return host, ready
+
+
 def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
+    err = torch.zeros((1,), dtype=torch.int32, device=out.device)
+    checked = None
+    if _precheck(c, out.device):
+        # The host waits for the range check while the device copies input into the output, so
+        # the wait costs no device time; the adds are enqueued only for a valid index.
+        checked = _launch_range_check(c, err)
     out.copy_(input)
+    if checked is not None:
+        host, ready = checked
+        if ready is not None:
+            ready.synchronize()
+        if int(host[0]):
+            raise _index_error(op, c)
     out3, tmp, view = _out_view(out, c)
     work = out3
-    if out3.dtype != torch.float32 and interpreter_active():
-        # Under the interpreter 16-bit destinations accumulate in a float32 copy, rounded once:
-        # Triton 3.6's interpreter has no bfloat16 atomics, and torch's CPU kernels (the error
-        # budget of CPU runs) accumulate 16-bit index_add in float32. On the GPU the atomics add
-        # in the destination's dtype, as torch's CUDA kernels do.
+    if out3.dtype != torch.float32 and (interpreter_active() or c.L >= c.N):
+        # 16-bit destinations accumulate in a float32 copy, rounded once, when there are on average
+        # one or more contributions per destination (L >= N): there 16-bit atomics (each add
+        # rounded, in whatever order the programs arrive) lose the most, and the copy costs at most
+        # about one more pass of the contributions. With fewer (an embedding gradient: 8192 token
+        # rows into 128256) the atomics add in the destination's dtype, as torch's CUDA kernels do.
+        # Always under the interpreter: Triton 3.6's has no bfloat16 atomics, and torch's CPU
+        # kernels (the error budget of CPU runs) accumulate 16-bit index_add in float32.
         work = out3.to(torch.float32)
-    err = torch.zeros((1,), dtype=torch.int32, device=out.device)
     cfg = _atomic_config(c.W)
     n_lb, n_ib = triton.cdiv(c.L, cfg.BLOCK_R), triton.cdiv(c.W, cfg.BLOCK_I)
     s = c.src
@@ -170,7 +218,7 @@ def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alp
         out3.copy_(work)
     if tmp is not None:
         view.copy_(tmp.view(view.shape))
-    if int(err.item()):
+    if checked is None and int(err.item()):
         raise _index_error(op, c)
 
 
