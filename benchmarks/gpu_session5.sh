@@ -4,6 +4,7 @@
 # ln:        layer_norm backward sweep (tiles, warps, programs per SM, pipelining, joint sums): sweep_layer_norm.py
 # compact:   compaction variant sweep: sweep_compact.py
 # embbag:    embedding_bag forward / backward sweep: sweep_embedding_bag.py
+# qmm:       scaled_mm fp8 tile sweep with default accumulation: sweep_scaled_mm.py
 # sanitize:  memcheck + racecheck on the small cases of the ops not yet checked (sanitize_registry.py)
 # bench5:    roofkit bench of the issue-5 ops changed this session (acceptance suites, all providers)
 # tests:     the GPU tests of the ops changed this session (default configurations)
@@ -21,6 +22,7 @@ for step in "$@"; do
     ln) timeout 200 python3 benchmarks/sweep_layer_norm.py --json "$R/sweep-layer-norm.json" > "$R/sweep-layer-norm.txt" 2>&1; head -14 "$R/sweep-layer-norm.txt"; grep -E "WRONG|Error" "$R/sweep-layer-norm.txt" | head -5 ;;
     compact) timeout 240 python3 benchmarks/sweep_compact.py --json "$R/sweep-compact.json" > "$R/sweep-compact.txt" 2>&1; tail -40 "$R/sweep-compact.txt" ;;
     embbag) timeout 240 python3 benchmarks/sweep_embedding_bag.py --json "$R/sweep-embedding-bag.json" > "$R/sweep-embedding-bag.txt" 2>&1; tail -40 "$R/sweep-embedding-bag.txt" ;;
+    qmm) timeout 200 python3 benchmarks/sweep_scaled_mm.py --json "$R/sweep-scaled-mm.json" > "$R/sweep-scaled-mm.txt" 2>&1; tail -14 "$R/sweep-scaled-mm.txt" ;;
     sanitize) for tool in memcheck racecheck; do
         timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_registry.py ${SANITIZE_OPS:-layer_norm cross_entropy sum mean amax transpose embedding_bag scatter_add index_add} > "$R/sanitizer-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -3 "$R/sanitizer-$tool.txt"; done ;;
     bench5) for s in ${BENCH5:-"index_add scatter_add:acceptance" "layer_norm:acceptance" "masked_select:acceptance" "embedding_bag:dlrm"}; do

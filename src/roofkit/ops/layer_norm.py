@@ -194,6 +194,13 @@ def _layer_norm_fwd_kernel(
                 if HAS_BIAS:
                     y = y + tl.load(b_ptr + offs, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 tl.store(y_rows + offs[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+        # The threads of a row hold copies of its sums that can differ in the last bit (butterfly
+        # shuffles add in different orders), and the 1-D stores below gather one copy per row
+        # through shared memory, where the copies race (compute-sanitizer racecheck;
+        # triton-lang/triton#7264): the saved statistics could change from run to run. The
+        # maximum over the copies is exact, so every thread stores the same value.
+        mean = tl.max(tl.broadcast_to(mean[:, None], [BLOCK_M, BLOCK_N]), axis=1)
+        rstd = tl.max(tl.broadcast_to(rstd[:, None], [BLOCK_M, BLOCK_N]), axis=1)
         tl.store(mean_ptr + rows64, mean, mask=row_mask)
         tl.store(rstd_ptr + rows64, rstd, mask=row_mask)
 
