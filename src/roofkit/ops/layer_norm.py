@@ -79,6 +79,10 @@ def layer_norm_cost(case, dtype: torch.dtype) -> Cost:
 # ----------------------------------------------------------------------------- launch heuristic
 
 ONE_PASS_MAX_N = 16384  # longest row the forward holds on chip (elements)
+# The forward makes the copies of each row's statistics identical before storing them (an exact
+# max over the copies; see the kernel). Session 5 measured its cost (4024 -> 3754 GB/s at
+# 32768 x 4096 bf16) and probes whether the copies differ at all: benchmarks/probe_ln_race.py.
+FWD_UNIFORM_STATS = True
 BWD_ONE_PASS_MAX_N = 8192  # the backward also holds two fp32 accumulator rows: a lower bound
 LOOP_BLOCK_N = 4096  # chunk of a longer row per loop iteration
 PROGRAMS_PER_SM = 2  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
@@ -129,7 +133,7 @@ def _layer_norm_fwd_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps,
     stride_xm, stride_ym,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UNIFORM_STATS: tl.constexpr,
 ):
     """y, mean and 1/std of BLOCK_M rows per iteration, the program looping over row blocks pid,
     pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice."""
@@ -199,8 +203,9 @@ def _layer_norm_fwd_kernel(
         # through shared memory, where the copies race (compute-sanitizer racecheck;
         # triton-lang/triton#7264): the saved statistics could change from run to run. The
         # maximum over the copies is exact, so every thread stores the same value.
-        mean = tl.max(tl.broadcast_to(mean[:, None], [BLOCK_M, BLOCK_N]), axis=1)
-        rstd = tl.max(tl.broadcast_to(rstd[:, None], [BLOCK_M, BLOCK_N]), axis=1)
+        if UNIFORM_STATS:
+            mean = tl.max(tl.broadcast_to(mean[:, None], [BLOCK_M, BLOCK_N]), axis=1)
+            rstd = tl.max(tl.broadcast_to(rstd[:, None], [BLOCK_M, BLOCK_N]), axis=1)
         tl.store(mean_ptr + rows64, mean, mask=row_mask)
         tl.store(rstd_ptr + rows64, rstd, mask=row_mask)
 
@@ -380,7 +385,8 @@ def _layer_norm_forward(x, weight, bias, norm_ndim: int, eps: float, config: Con
     _layer_norm_fwd_kernel[(grid,)](
         xr, w, b, yr, mean, rstd, m, n, eps, xr.stride(0), yr.stride(0),
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, ONE_PASS=cfg.one_pass,
-        BF16_RNE=bf16_rne(x.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        BF16_RNE=bf16_rne(x.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, UNIFORM_STATS=FWD_UNIFORM_STATS,
+        num_warps=cfg.num_warps,
     )
     return y, mean, rstd
 
