@@ -3,7 +3,8 @@
 racecheck reported a write-write hazard on the 1-D stores of mean / 1/std (the copies a row's
 threads hold are gathered through shared memory). This probe runs the forward on the verify
 suite's small shapes and the acceptance shape, ``reps`` times each, with the statistics stored
-as computed (``FWD_UNIFORM_STATS = False``) and made identical first (True), and counts calls
+as computed (``FWD_UNIFORM_STATS = False``: the one-pass path; the chunked path always makes them
+identical) and made identical first (True), and counts calls
 whose mean / rstd differ bitwise from the first call's; it also times the acceptance forward both
 ways. Run it under ``compute-sanitizer --tool racecheck --racecheck-report hazard`` to see the
 values of any hazard.
@@ -20,7 +21,8 @@ from roofkit.harness.timing import time_providers
 
 LN = importlib.import_module("roofkit.ops.layer_norm")
 
-SHAPES = [(3, 7), (5, 96), (16, 33), (9, 100), (11, 70), (64, 1000), (257, 4096), (32768, 4096)]
+SHAPES = [(3, 7), (5, 96), (16, 33), (9, 100), (11, 70), (64, 1000), (257, 4096), (32768, 4096),
+          (3, 20000), (5, 70001)]  # the last two: the chunked path (rows > ONE_PASS_MAX_N)
 
 
 def main():

@@ -15,7 +15,9 @@ compact_module = importlib.import_module("roofkit.ops.compact")
 
 pytestmark = pytest.mark.compact
 
-_KERNELS = ("_compact_kernel", "_masked_expand_kernel")
+_KERNELS = ("_compact_kernel", "_masked_expand_kernel", "_compact_count_kernel", "_compact_rows_kernel",
+            "_compact_lookback_rows_kernel")
+_NEW_VARIANTS = ("lookback_rows", "two_pass", "two_pass_bytes")
 
 
 def _gen(seed):
@@ -158,7 +160,9 @@ def test_compact_backward_reads_only_the_kept_slots(monkeypatch, device):
     assert torch.equal(g, want)
 
 
-def test_empty_inputs_return_without_launch(forbid_launch, device):
+@pytest.mark.parametrize("variant", ("lookback",) + _NEW_VARIANTS)
+def test_empty_inputs_return_without_launch(variant, forbid_launch, monkeypatch, device):
+    monkeypatch.setattr(compact_module, "VARIANT", variant)
     for k in _KERNELS:
         forbid_launch(compact_module, k)
     for xs, ms in [((0, 5), (0, 5)), ((3, 1), (3, 0)), ((0,), ())]:
@@ -269,3 +273,203 @@ def test_mask_bytes_other_than_one_count_as_true(device):
     values, count = compact(x, m)
     assert int(count) == want.numel()
     torch.testing.assert_close(values[: int(count)], want)
+
+
+# ----------------------------------------------------------------------------- the faster variants
+
+
+def _variant(monkeypatch, variant, block=128, chunk=64, lr_chunk=64, scan_block=4):
+    """Switch the module to ``variant`` with tiny tiles: 1003 elements make 8 two-pass tiles of
+    two write steps each (the next step's bits prefetched), a count scan over 2 blocks of 4 tile
+    counts (the carry between blocks), and 16 look-back tiles."""
+    monkeypatch.setattr(compact_module, "VARIANT", variant)
+    monkeypatch.setattr(compact_module, "TP_BLOCK", block)
+    monkeypatch.setattr(compact_module, "TP_CHUNK", chunk)
+    monkeypatch.setattr(compact_module, "TP_SCAN_BLOCK", scan_block)
+    monkeypatch.setattr(compact_module, "LR_CHUNK", lr_chunk)
+
+
+def _check_all_paths(x, m, select=True):
+    """compact, masked_select and the backward's scatter, bit for bit against torch."""
+    want = torch.masked_select(x, m)
+    values, count = compact(x, m)
+    assert count.shape == () and count.dtype == torch.int64 and count.device == x.device
+    assert int(count) == int(m.sum()) == want.numel()
+    assert values.shape == (x.numel(),) and values.dtype == x.dtype
+    assert torch.equal(_bits(values[: int(count)]), _bits(want))
+    if select:
+        assert torch.equal(_bits(masked_select(x, m)), _bits(want))
+    g = torch.randn(want.shape, generator=_gen(99)).to(x.device)
+    back = torch.zeros(x.shape, device=x.device)
+    back[m] = g
+    assert torch.equal(_bits(compact_module._masked_expand(g, m)), _bits(back.reshape(-1)))
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.05, 0.5, 0.95, 1.0])
+@pytest.mark.parametrize("variant", _NEW_VARIANTS)
+def test_variant_keeps_order_exactly(variant, keep, monkeypatch, device):
+    # 1003 = 17 * 59: no tile, step, row or mask word divides it (the last word is partial).
+    _variant(monkeypatch, variant)
+    x = torch.randn(1003, generator=_gen(30)).to(device)
+    _check_all_paths(x, _mask((1003,), keep, device, seed=31), select=False)
+
+
+@pytest.mark.parametrize("pattern", ["runs", "prefix"])
+@pytest.mark.parametrize("variant", _NEW_VARIANTS)
+def test_variant_clustered_masks(variant, pattern, monkeypatch, device):
+    # Whole rows / tiles kept or dropped (zero counts between non-zero ones, empty write steps).
+    _variant(monkeypatch, variant)
+    x = torch.randint(-10**6, 10**6, (999,), generator=_gen(32), dtype=torch.int32).to(device)
+    _check_all_paths(x, _mask((999,), 0.4, device, seed=33, pattern=pattern))
+
+
+@pytest.mark.parametrize("variant", _NEW_VARIANTS)
+def test_variant_mask_bytes_other_than_one_in_full_and_tail_rows(variant, monkeypatch, device):
+    # Any non-zero byte is True, on the vector path (spans inside the mask) and on the last,
+    # word-by-word span; 700 bytes: 21 full rows of 32 and a row of 28.
+    _variant(monkeypatch, variant)
+    raw = torch.randint(0, 256, (700,), generator=_gen(34), dtype=torch.int16).to(torch.uint8)
+    raw[torch.rand(700, generator=_gen(35)) < 0.4] = 0
+    raw = raw.to(device)
+    x = torch.randn(700, generator=_gen(36)).to(device)
+    values, count = compact(x, raw.view(torch.bool))
+    assert int(count) == int((raw != 0).sum())
+    assert torch.equal(values[: int(count)], x[raw != 0])
+    assert torch.equal(masked_select(x, raw.view(torch.bool)), x[raw != 0])
+
+
+@pytest.mark.parametrize("variant", _NEW_VARIANTS)
+def test_variant_unaligned_mask_int64_offsets_and_many_tiles(variant, monkeypatch, device):
+    # A mask view one byte into its storage (copied aligned), the int64 offset code, and the
+    # most tiles of the file (40 look-back tiles, 20 two-pass tiles of 2 steps, 3 scan blocks).
+    _variant(monkeypatch, variant, block=64, chunk=32, lr_chunk=32, scan_block=8)
+    monkeypatch.setattr(compact_module, "needs_int64", lambda *extents: True)
+    x = torch.randn(1261, generator=_gen(37)).to(device)
+    m = _mask((1262,), 0.5, device, seed=38)[1:]
+    assert m.data_ptr() % 4 == 1 or device.type != "cpu"
+    _check_all_paths(x, m)
+
+
+@pytest.mark.parametrize("variant", _NEW_VARIANTS)
+def test_variant_backward_and_broadcast_through_autograd(variant, monkeypatch, device):
+    _variant(monkeypatch, variant)
+    x = torch.randn(37, 1, generator=_gen(39)).to(device).requires_grad_(True)
+    m = _mask((37, 41), 0.3, device, seed=40)
+    out = masked_select(x, m)
+    dy = torch.randint(-4, 5, out.shape, generator=_gen(41)).float().to(device)
+    (g,) = torch.autograd.grad(out, x, dy)
+    x2 = x.detach().clone().requires_grad_(True)
+    (g2,) = torch.autograd.grad(torch.masked_select(x2, m), x2, dy)
+    assert torch.equal(out, torch.masked_select(x.detach(), m))
+    assert torch.equal(g, g2)
+
+
+def test_count_pass_writes_prefixes_and_total_and_puts_the_arrival_counter_back(monkeypatch, device):
+    # The count pass alone: exclusive prefixes of the per-tile counts (scanned by its last
+    # program, 3 blocks of 4 with carries), the total, the row bit words, the counter back at 0.
+    n, block = 1333, 128
+    m = _mask((n,), 0.5, device, seed=42, pattern="runs")
+    tiles = triton.cdiv(n, block)
+    arrivals = torch.zeros(1, dtype=torch.int32, device=device)
+    prefix = torch.full((tiles + 1,), -7, dtype=torch.int64, device=device)
+    bits = torch.full((tiles * block // 32,), -7, dtype=torch.int32, device=device)
+    count = torch.full((), -7, dtype=torch.int64, device=device)
+    m8 = compact_module._mask_words(n, m)
+    compact_module._compact_count_kernel[(tiles,)](
+        m8, bits, prefix, count, arrivals, n, tiles,
+        WRITE_BITS=True, NATIVE_POPC=False, USE_INT64=False, BLOCK=block, SCAN_BLOCK=4, PDL=False)
+    per_tile = torch.nn.functional.pad(m.cpu(), (0, tiles * block - n)).reshape(tiles, block).sum(1)
+    assert torch.equal(prefix[:tiles].cpu(), torch.cumsum(per_tile, 0) - per_tile)
+    assert int(count) == int(m.sum()) and int(arrivals) == 0
+    flags = torch.nn.functional.pad(m.cpu(), (0, tiles * block - n)).reshape(-1, 32).to(torch.int64)
+    want = (flags << torch.arange(32)).sum(1)
+    assert torch.equal(bits.cpu().to(torch.int64) & 0xFFFFFFFF, want)
+
+
+@triton.jit
+def _popc_probe(v_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    v = tl.load(v_ptr + offs).to(tl.uint32, bitcast=True)
+    tl.store(out_ptr + offs, compact_module._popc(v, False))
+
+
+def test_swar_popcount_matches_python(device):
+    # The interpreter's population count (the GPU uses the hardware's): every bit position, the
+    # sign bit, all ones, zero, and random words.
+    vals = [0, 1, -1, -(2**31), 2**31 - 1, 0x55555555, -0x55555556] + [1 << k for k in range(31)]
+    vals += torch.randint(-(2**31), 2**31 - 1, (128 - len(vals),), generator=_gen(43)).tolist()
+    v = torch.tensor(vals, dtype=torch.int32, device=device)
+    out = torch.empty(128, dtype=torch.int32, device=device)
+    _popc_probe[(1,)](v, out, N=128)
+    assert out.cpu().tolist() == [bin(x & 0xFFFFFFFF).count("1") for x in vals]
+
+
+def test_unknown_switch_values_raise(monkeypatch, device):
+    x = torch.randn(10).to(device)
+    m = torch.ones(10, dtype=torch.bool, device=device)
+    monkeypatch.setattr(compact_module, "VARIANT", "fastest")
+    with pytest.raises(ValueError, match="VARIANT"):
+        compact(x, m)
+    monkeypatch.setattr(compact_module, "VARIANT", "two_pass")
+    monkeypatch.setattr(compact_module, "SYNC", "later")
+    with pytest.raises(ValueError, match="SYNC"):
+        masked_select(x, m)
+
+
+# ----------------------------------------------------------------------------- on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("keep", [0.0, 0.05, 0.5, 0.95, 1.0])
+@pytest.mark.parametrize("variant", ("lookback",) + _NEW_VARIANTS + ("two_pass_pdl",))
+def test_variant_on_gpu_at_acceptance_size(variant, keep, monkeypatch):
+    # Default tiles; 2**26 + 7 elements (a partial last tile and mask word); both sync modes.
+    if variant == "two_pass_pdl":  # the write pass as a programmatic dependent launch
+        variant = "two_pass"
+        monkeypatch.setattr(compact_module, "TP_PDL", True)
+    monkeypatch.setattr(compact_module, "VARIANT", variant)
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(44)
+    x = torch.randn(2**26 + 7, device=dev, generator=g)
+    m = torch.rand(2**26 + 7, device=dev, generator=g) < keep
+    want = torch.masked_select(x, m)
+    values, count = compact(x, m)
+    assert int(count) == want.numel() and torch.equal(values[: int(count)], want)
+    for sync in ("item", "pinned"):
+        monkeypatch.setattr(compact_module, "SYNC", sync)
+        assert torch.equal(masked_select(x, m), want)
+    dv = torch.randn(want.numel(), device=dev, generator=g)
+    back = torch.zeros_like(x)
+    back[m] = dv
+    assert torch.equal(compact_module._masked_expand(dv, m), back)
+    if variant.startswith("two_pass"):  # the cached arrival counter is back at zero
+        assert int(compact_module._arrivals(dev)) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", _NEW_VARIANTS)
+def test_variant_on_gpu_bf16_rows_and_repeat_calls_identical(variant, monkeypatch):
+    monkeypatch.setattr(compact_module, "VARIANT", variant)
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(45)
+    x = torch.randn(8192, 4096, device=dev, generator=g).to(torch.bfloat16)
+    m = torch.rand(8192, 4096, device=dev, generator=g) < 0.5
+    first = masked_select(x, m)
+    assert torch.equal(first, x[m])
+    for _ in range(3):
+        assert torch.equal(masked_select(x, m), first)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", _NEW_VARIANTS)
+def test_variant_over_2pow31_elements(variant, monkeypatch):
+    monkeypatch.setattr(compact_module, "VARIANT", variant)
+    dev = torch.device("cuda")
+    n = 2**31 + 4099
+    g = torch.Generator(device=dev).manual_seed(46)
+    m = torch.rand(n, device=dev, generator=g) < 0.5
+    x = torch.randint(-(2**31), 2**31 - 1, (n,), device=dev, generator=g, dtype=torch.int32)
+    values, count = compact(x, m)
+    want = x[m]
+    assert int(count) == want.numel() and torch.equal(values[: int(count)], want)

@@ -3,24 +3,39 @@
     compact(x, m) -> (values, count):  values[:count] = x[m] (row-major order of the broadcast shape)
     masked_select(x, m) = x[m]  (torch.masked_select)
 
-Program mapping: the (broadcast) elements in row-major order, one tile of CHUNK * CHUNKS
-elements per program, one launch, a single-pass scan with decoupled look-back:
-1. the program takes a ticket (atomic counter) as its tile index, so it only ever waits for tiles
-   whose programs already run;
-2. it counts its tile's kept elements (the mask read from DRAM once, as int32 words), publishes
-   the count in the tile's int64 word ((value << 2) | flag: one atomic, one load reads both), reads
-   its predecessors' words WINDOW at a time until an inclusive prefix, and publishes its own;
-3. it walks its tile CHUNK elements at a time (mask re-read from cache): exclusive in-chunk scan
-   (tl.cumsum), input loaded only where kept, kept elements stored at prefix + rank. Every access
-   of that loop is one element per thread, consecutive elements on consecutive lanes, so a warp's
-   kept elements go to consecutive addresses (whole sectors written).
+Program mapping: the (broadcast) elements in row-major order, split into tiles; the kernels are
+chosen by the module switch VARIANT (the default, "lookback", is the first below):
+- "lookback": one tile of CHUNK * CHUNKS elements per program, one launch, a single-pass scan with
+  decoupled look-back:
+  1. the program takes a ticket (atomic counter) as its tile index, so it only ever waits for
+     tiles whose programs already run;
+  2. it counts its tile's kept elements (the mask read from DRAM once, as int32 words), publishes
+     the count in the tile's int64 word ((value << 2) | flag: one atomic, one load reads both),
+     reads its predecessors' words WINDOW at a time until an inclusive prefix, publishes its own;
+  3. it walks its tile CHUNK elements at a time (mask re-read from cache): exclusive in-chunk scan
+     (tl.cumsum), input loaded only where kept, kept elements stored at prefix + rank. Every
+     access of that loop is one element per thread, consecutive elements on consecutive lanes,
+     so a warp's kept elements go to consecutive addresses (whole sectors written).
+- "lookback_rows": the same look-back, one tile of LR_CHUNK elements per program, the mask read
+  once into one uint32 of flags per row of 32 elements (kept in registers); the kept input is
+  loaded before the look-back (its latency hides the wait); a kept element's rank is the tile's
+  prefix + the kept elements of earlier rows (a scan over rows, not elements) + popc(its row's
+  flags below its lane). One element per lane, a row on a warp: loads and stores coalesced.
+- "two_pass": a count pass (TP_BLOCK elements per program: the mask read once as 16-byte vectors,
+  the tile's count and its row flag words stored, 1/8 of the mask's bytes, kept in L2; the pass's
+  last program, found by an arrival counter, scans the counts into tile prefixes and writes the
+  total), then a write pass with no dependency between programs (rows as in "lookback_rows", the
+  next step's flag words loaded before this step's stores). "two_pass_bytes": the write pass
+  re-reads the mask bytes instead of the flag words.
 The order is the input's and the result deterministic (positions come from counts, not from the
 order atomics happen in). The backward of masked_select maps the same way and gathers grad back
 (zeros elsewhere). Values are moved as raw bits (an integer view of their width): NaN payloads
 and -0.0 survive.
 Source: decoupled look-back (Merrill & Garland, "Single-pass Parallel Prefix Scan with
 Decoupled Look-back", NVIDIA NVR-2016-002) applied to stream compaction (Billeter, Olsson &
-Assarsson, "Efficient stream compaction on wide SIMD many-core architectures", HPG 2009).
+Assarsson, "Efficient stream compaction on wide SIMD many-core architectures", HPG 2009); the
+two-pass variants are reduce-then-scan (Merrill & Grimshaw, "Parallel Scan for Stream
+Architectures", UVA CS2009-14) with the flags packed one bit per element.
 """
 
 from __future__ import annotations
@@ -30,11 +45,12 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait, libdevice
 
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, check_same_device, check_tensor, needs_int64
+from ._common import FLOAT_DTYPES, check_same_device, check_tensor, interpreter_active, needs_int64
 
 VALUE_DTYPES = FLOAT_DTYPES + (
     torch.float64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
@@ -87,11 +103,38 @@ def masked_select_cost(case, dtype: torch.dtype) -> Cost:
 
 # ----------------------------------------------------------------------------- launch heuristic
 
+# Which kernels run (module-level switches, read at each call; the sweep tries them all):
+# VARIANT "lookback": one pass with decoupled look-back (_compact_kernel);
+#         "lookback_rows": one pass, look-back, the mask read once into row bit words in
+#         registers and the kept input loaded before the look-back (_compact_lookback_rows_kernel);
+#         "two_pass": count pass (mask -> per-tile counts + one bit per element, the counts scanned
+#         by the pass's last program), then a write pass with no cross-program dependency;
+#         "two_pass_bytes": the same, the write pass re-reading the mask bytes instead of the bits.
+VARIANT = "two_pass"
+# masked_select's read of the output size: "item" (a device-to-host copy, then the sync) or
+# "pinned" (the kernel stores the count into page-locked host memory; one stream sync; CUDA only).
+SYNC = "pinned"
+SHRINK_BELOW = 0.25  # masked_select copies its result out when fewer than this share is kept
+
+# VARIANT "lookback"
 CHUNK = 1024  # elements per step of a program's write loop: 8 per thread with 4 warps
-CHUNKS = 8  # steps per tile: a tile (one look-back) is CHUNK * CHUNKS = 8192 elements (H200 sweep, 2026-11-30: 8 beat 16 by 7-10 %)
+CHUNKS = 8  # steps per tile: a tile (one look-back) is CHUNK * CHUNKS = 8192 elements
+#            (H200 sweep, 2026-11-30: 8 beat 16 by 7-10 %)
 NUM_WARPS = 4
 WINDOW = 128  # predecessor words read at once by the look-back (raised to one per thread)
-SHRINK_BELOW = 0.25  # masked_select copies its result out when fewer than this share is kept
+
+# VARIANT "lookback_rows" (sm_90 registers, ptxas: 4096 w8 64, 4096 w4 126, 2048 w4 64, 8192 w8 122)
+LR_CHUNK = 4096  # elements per program (one look-back): 16 per thread at 8 warps
+LR_WARPS = 8
+
+# VARIANT "two_pass" / "two_pass_bytes" (sm_90 registers, ptxas: write pass 4096 w4 124, 4096 w8
+# 128, 2048 w4 128; count pass 16384 w8 56; no spills)
+TP_BLOCK = 16384  # elements per program in both passes (one count, one prefix); a multiple of TP_CHUNK
+TP_CHUNK = 4096  # elements per step of the write pass: rows of 32, one element per lane
+TP_WARPS = 4  # write pass
+TP_COUNT_WARPS = 8  # count pass (its last program also scans the counts)
+TP_SCAN_BLOCK = 1024  # tile counts per step of that scan (4096 would need ~190 registers at 8 warps)
+TP_PDL = False  # launch the write pass as a programmatic dependent of the count pass (sm_90+)
 
 # One int64 word per tile in the look-back workspace: (value << 2) | flag, written by one atomic,
 # so one load sees a consistent (flag, value) pair and no fence is needed. Flags: 0 = not yet
@@ -213,6 +256,194 @@ def _masked_expand_kernel(
         prefix += kept
 
 
+@triton.jit
+def _popc(v, NATIVE_POPC: tl.constexpr):
+    """Set bits of each uint32 in ``v`` (int32): the hardware's popc on the GPU, a SWAR count
+    under the interpreter (which has no libdevice)."""
+    if NATIVE_POPC:
+        return libdevice.popc(v.to(tl.int32, bitcast=True))
+    v = v - ((v >> 1) & 0x55555555)
+    v = (v & 0x33333333) + ((v >> 2) & 0x33333333)
+    v = (v + (v >> 4)) & 0x0F0F0F0F
+    return ((v * 0x01010101) >> 24).to(tl.int32)
+
+
+@triton.jit
+def _row_bits(mask_ptr, start, n, ROWS: tl.constexpr, EVICT: tl.constexpr):
+    """mask[start : start + 32 * ROWS] as one uint32 per row of 32 elements (bit j: element
+    32 r + j kept; elements at or past n read as dropped, any non-zero byte as kept). Read as
+    int32 words: mask_ptr 4-byte aligned, start a multiple of 32. A span inside the mask is read
+    without a mask on the loads (16-byte vectors); the last one word by word. Tile [ROWS, 8]."""
+    cols = tl.arange(0, 8)
+    words = start // 4 + tl.arange(0, ROWS)[:, None] * 8 + cols[None, :]
+    ptrs = mask_ptr.to(tl.pointer_type(tl.int32)) + words
+    if start + 32 * ROWS <= n:
+        w = tl.load(ptrs, eviction_policy=EVICT).to(tl.uint32, bitcast=True)
+    else:
+        left = n - words * 4  # flags of this word inside the mask (>= 4: all of them)
+        w = tl.load(ptrs, mask=left > 0, other=0, eviction_policy=EVICT).to(tl.uint32, bitcast=True)
+        tail = ((1 << (tl.minimum(tl.maximum(left, 0), 3) * 8)) - 1).to(tl.uint32)
+        w = tl.where(left >= 4, w, w & tail)
+    w = w | (w >> 4)
+    w = w | (w >> 2)
+    w = (w | (w >> 1)) & 0x01010101  # each byte's flag in its lowest bit
+    nib = (w | (w >> 7) | (w >> 14) | (w >> 21)) & 0xF  # the word's 4 flags in bits 0..3
+    return tl.sum(nib << (cols * 4).to(tl.uint32)[None, :], axis=1)  # disjoint bits: the sum is an or
+
+
+# Row-wise ranks: the math runs on [CHUNK / 32, 32] tiles (a row of 32 elements per warp, an
+# element per lane) and only the results are reshaped to 1-D, which Triton maps onto the same
+# registers: every load and store using them stays one element per lane, consecutive elements on
+# consecutive lanes (coalesced), with no layout conversion through shared memory. (Reshaping the
+# row words to 1-D first and doing the math there made Triton convert the flags through shared
+# memory: twice the instructions per element.)
+
+
+@triton.jit
+def _row_elements(bits, start, CHUNK: tl.constexpr):
+    """Offsets and kept flags ([CHUNK], row-major) of the CHUNK elements at ``start``, from their
+    rows' flag words ``bits`` ([CHUNK / 32]). Tile [CHUNK / 32, 32]."""
+    ROWS: tl.constexpr = CHUNK // 32
+    lane = tl.arange(0, 32)
+    keep = ((bits[:, None] >> lane.to(tl.uint32)[None, :]) & 1) != 0
+    offs = start + tl.arange(0, ROWS)[:, None] * 32 + lane[None, :]
+    return tl.reshape(offs, (CHUNK,)), tl.reshape(keep, (CHUNK,))
+
+
+@triton.jit
+def _row_ranks(bits, first, CHUNK: tl.constexpr, NATIVE_POPC: tl.constexpr):
+    """Output positions ([CHUNK], meaningful where kept) of those elements: the rank of their
+    row's first kept element (``first``, [CHUNK / 32]) + popc(their row's flags below them)."""
+    lane = tl.arange(0, 32).to(tl.uint32)
+    below = (tl.full((32,), 1, tl.uint32) << lane) - 1  # the flags of the lanes before each lane
+    rank = first[:, None] + _popc(bits[:, None] & below[None, :], NATIVE_POPC)
+    return tl.reshape(rank, (CHUNK,))
+
+
+@triton.jit
+def _compact_count_kernel(
+    mask_ptr, bits_ptr, prefix_ptr, count_ptr, arrivals_ptr, n, tiles,
+    WRITE_BITS: tl.constexpr, NATIVE_POPC: tl.constexpr, USE_INT64: tl.constexpr,
+    BLOCK: tl.constexpr, SCAN_BLOCK: tl.constexpr, PDL: tl.constexpr,
+):
+    """Count pass: kept elements of tile pid (BLOCK elements, mask read once as int32 words) into
+    prefix[pid], with WRITE_BITS its row bit words into bits; the last program to arrive (arrival
+    counter, acq_rel, put back to 0 by that program) turns prefix[:tiles] into exclusive prefixes
+    and writes the total to count. PDL: the write pass may be scheduled as soon as every program
+    of this one runs (it waits for this grid's completion itself). Tiles [BLOCK / 32, 8] and
+    [SCAN_BLOCK]."""
+    if PDL:
+        gdc_launch_dependents()
+    tile = tl.program_id(0)
+    if USE_INT64:
+        tile = tile.to(tl.int64)
+    ROWS: tl.constexpr = BLOCK // 32
+    bits = _row_bits(mask_ptr, tile * BLOCK, n, ROWS, "evict_first" if WRITE_BITS else "")
+    if WRITE_BITS:  # kept in L2 for the write pass (1/8 of the mask's bytes)
+        tl.store(bits_ptr + tile * ROWS + tl.arange(0, ROWS), bits.to(tl.int32, bitcast=True),
+                 eviction_policy="evict_last")
+    tl.store(prefix_ptr + tile, tl.sum(_popc(bits, NATIVE_POPC), axis=0).to(tl.int64))
+    tl.debug_barrier()  # the count's store precedes the release below
+    arrived = tl.atomic_add(arrivals_ptr, 1, sem="acq_rel", scope="gpu")
+    if arrived == tiles - 1:
+        carry = tl.zeros((), dtype=tl.int64)
+        idx = tl.arange(0, SCAN_BLOCK)
+        c = tl.load(prefix_ptr + idx, mask=idx < tiles, other=0, cache_modifier=".cg")
+        for start in range(0, tiles, SCAN_BLOCK):
+            idx = start + tl.arange(0, SCAN_BLOCK)
+            # the next block's counts are read before this block's prefixes are written
+            nxt = tl.load(prefix_ptr + idx + SCAN_BLOCK, mask=idx + SCAN_BLOCK < tiles, other=0,
+                          cache_modifier=".cg")
+            tl.store(prefix_ptr + idx, carry + tl.cumsum(c, axis=0) - c, mask=idx < tiles)
+            carry += tl.sum(c, axis=0)
+            c = nxt
+        tl.store(count_ptr, carry)
+        tl.atomic_xchg(arrivals_ptr, 0, sem="relaxed", scope="gpu")  # ready for the next launch
+
+
+@triton.jit
+def _chunk_bits(mask_ptr, bits_ptr, start, n, ok, FROM_BITS: tl.constexpr, ROWS: tl.constexpr):
+    """Row bit words of the chunk at ``start`` (none where ``ok`` is false): from the count
+    pass's bits, or rebuilt from the mask bytes."""
+    if FROM_BITS:
+        rows = start // 32 + tl.arange(0, ROWS)
+        # evict_first: the count pass stored the bits as evict_last (to survive until here)
+        w = tl.load(bits_ptr + rows, mask=ok & (rows >= 0), other=0, eviction_policy="evict_first")
+        return w.to(tl.uint32, bitcast=True)
+    return _row_bits(mask_ptr, start, tl.where(ok, n, 0), ROWS, "")
+
+
+@triton.jit
+def _compact_rows_kernel(
+    src_ptr, mask_ptr, bits_ptr, out_ptr, prefix_ptr, n,
+    EXPAND: tl.constexpr, FROM_BITS: tl.constexpr, NATIVE_POPC: tl.constexpr, USE_INT64: tl.constexpr,
+    BLOCK: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr,
+):
+    """Write pass: tile pid (BLOCK elements) CHUNK at a time as rows of 32 elements, one per lane;
+    a kept element's rank is prefix[pid] + kept in earlier rows + popc(its row's bits below it).
+    Compaction: out[rank] = src[i] (src read only where kept); EXPAND: out[i] = src[rank] where
+    kept, else 0. The next chunk's bits are loaded before this chunk's stores. No waiting on
+    other programs. PDL (launched as a programmatic dependent of the count pass): wait for the
+    count pass's completion and memory before reading its results. Tiles [CHUNK / 32], [CHUNK / 32, 32]."""
+    if PDL:
+        gdc_wait()
+    tile = tl.program_id(0)
+    if USE_INT64:
+        tile = tile.to(tl.int64)
+    ROWS: tl.constexpr = CHUNK // 32
+    STEPS: tl.constexpr = BLOCK // CHUNK
+    base = tile * BLOCK
+    prefix = tl.load(prefix_ptr + tile)
+    if not USE_INT64:
+        prefix = prefix.to(tl.int32)  # n < 2**31: every position fits
+    bits = _chunk_bits(mask_ptr, bits_ptr, base, n, True, FROM_BITS, ROWS)
+    for c in tl.range(0, STEPS):
+        start = base + c * CHUNK
+        nxt = _chunk_bits(mask_ptr, bits_ptr, start + CHUNK, n, c + 1 < STEPS, FROM_BITS, ROWS)
+        kept = _popc(bits, NATIVE_POPC)
+        first = prefix + tl.cumsum(kept, axis=0) - kept  # rank of each row's first kept element
+        offs, keep = _row_elements(bits, start, CHUNK)
+        rank = _row_ranks(bits, first, CHUNK, NATIVE_POPC)
+        if EXPAND:
+            v = tl.load(src_ptr + rank, mask=keep, other=0)
+            tl.store(out_ptr + offs, v, mask=offs < n)
+        else:
+            v = tl.load(src_ptr + offs, mask=keep)
+            tl.store(out_ptr + rank, v, mask=keep)
+        prefix += tl.sum(kept, axis=0)
+        bits = nxt
+
+
+@triton.jit
+def _compact_lookback_rows_kernel(
+    src_ptr, mask_ptr, out_ptr, state_ptr, count_ptr, n, last_tile,
+    EXPAND: tl.constexpr, NATIVE_POPC: tl.constexpr, USE_INT64: tl.constexpr, CHUNK: tl.constexpr,
+    WINDOW: tl.constexpr,
+):
+    """VARIANT "lookback_rows": one tile of CHUNK elements per program (ticketed), one pass: the
+    mask read once (as row bit words, kept in registers), the count published, the kept input
+    loaded (in flight during the look-back), then the stores at prefix + rank (ranks as in
+    _compact_rows_kernel). EXPAND: out[i] = src[rank] where kept, else 0 (loads after the
+    look-back). The last tile writes the total count. Tiles [CHUNK / 32, 8], [CHUNK], [WINDOW]."""
+    tile = _ticket(state_ptr, USE_INT64)
+    ROWS: tl.constexpr = CHUNK // 32
+    start = tile * CHUNK
+    bits = _row_bits(mask_ptr, start, n, ROWS, "")
+    kept = _popc(bits, NATIVE_POPC)
+    total = tl.sum(kept, axis=0).to(tl.int64)
+    offs, keep = _row_elements(bits, start, CHUNK)
+    if not EXPAND:
+        v = tl.load(src_ptr + offs, mask=keep)
+    prefix = _look_back(state_ptr, tile, total, USE_INT64, WINDOW)
+    tl.store(count_ptr, prefix.to(tl.int64) + total, mask=tile == last_tile)
+    rank = _row_ranks(bits, prefix + tl.cumsum(kept, axis=0) - kept, CHUNK, NATIVE_POPC)
+    if EXPAND:
+        g = tl.load(src_ptr + rank, mask=keep, other=0)
+        tl.store(out_ptr + offs, g, mask=offs < n)
+    else:
+        tl.store(out_ptr + rank, v, mask=keep)
+
+
 # ----------------------------------------------------------------------------- host launchers
 
 
@@ -220,16 +451,22 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
 
 
-def _launch(n: int, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, dict]:
-    """(uint8 mask, zeroed look-back state, tiles, kernel options) for n elements: the state is
-    the ticket counter and one word per tile. The count reads the mask as int32 words, so a mask
-    that is not 4-byte aligned, or whose length is not a multiple of 4 (its last word would reach
-    past the end of the caller's memory), is copied into a zero-padded buffer first."""
+def _mask_words(n: int, mask: torch.Tensor) -> torch.Tensor:
+    """The mask as uint8, readable as int32 words: a mask that is not 4-byte aligned, or whose
+    length is not a multiple of 4 (its last word would reach past the end of the caller's memory),
+    is copied into a zero-padded buffer first."""
     m8 = mask.view(torch.uint8)
     if m8.data_ptr() % 4 or n % 4:
         padded = torch.zeros((triton.cdiv(n, 4) * 4,), dtype=torch.uint8, device=mask.device)
         padded[:n].copy_(m8.reshape(-1)[:n])
         m8 = padded
+    return m8
+
+
+def _launch(n: int, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, dict]:
+    """VARIANT "lookback": (uint8 mask, zeroed look-back state, tiles, kernel options) for n
+    elements; the state is the ticket counter and one word per tile."""
+    m8 = _mask_words(n, mask)
     tiles = triton.cdiv(n, CHUNK * CHUNKS)
     state = torch.zeros((tiles + 1,), dtype=torch.int64, device=mask.device)
     # One look-back word per thread at least: no warp holds a replica of another warp's words
@@ -239,14 +476,90 @@ def _launch(n: int, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int
     return m8, state, tiles, opts
 
 
-def _compact_forward(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+_ARRIVALS: dict = {}
+
+
+def _arrivals(device: torch.device) -> torch.Tensor:
+    """The count pass's arrival counter (int32), zero between launches: each launch's last program
+    puts it back. One per (device, stream) on CUDA, so launches on different streams never share
+    one; a fresh zeroed one under CUDA-graph capture (captured as a memset) and on CPU."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return torch.zeros((1,), dtype=torch.int32, device=device)
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    buf = _ARRIVALS.get(key)
+    if buf is None:
+        buf = _ARRIVALS[key] = torch.zeros((1,), dtype=torch.int32, device=device)
+    return buf
+
+
+def _two_pass(src: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, n: int, count, expand: bool) -> None:
+    """VARIANT "two_pass" / "two_pass_bytes": the count pass (per-tile counts scanned in-kernel,
+    the total into ``count``: a device tensor, page-locked host memory, or None), then the write
+    pass (compaction, or with ``expand`` the backward's scatter back)."""
+    if TP_BLOCK % TP_CHUNK or TP_CHUNK % 32:
+        raise ValueError(f"roofkit.compact: TP_BLOCK ({TP_BLOCK}) must be a multiple of TP_CHUNK ({TP_CHUNK}), "
+                         "itself a multiple of 32")
+    m8 = _mask_words(n, mask)
+    tiles = triton.cdiv(n, TP_BLOCK)
+    from_bits = VARIANT == "two_pass"
+    # prefix[tiles]: where the total goes when no count is wanted (the backward)
+    prefix = torch.empty((tiles + 1,), dtype=torch.int64, device=mask.device)
+    bits = torch.empty((tiles * TP_BLOCK // 32,), dtype=torch.int32, device=mask.device) if from_bits else prefix
+    use_int64 = needs_int64(n + TP_BLOCK)
+    native = not interpreter_active()
+    pdl = TP_PDL and mask.is_cuda  # the interpreter has no grid dependency control
+    _compact_count_kernel[(tiles,)](
+        m8, bits, prefix, prefix[tiles:] if count is None else count, _arrivals(mask.device), n, tiles,
+        WRITE_BITS=from_bits, NATIVE_POPC=native, USE_INT64=use_int64, BLOCK=TP_BLOCK, SCAN_BLOCK=TP_SCAN_BLOCK,
+        PDL=pdl, num_warps=TP_COUNT_WARPS,
+    )
+    _compact_rows_kernel[(tiles,)](
+        _bits(src), m8, bits, _bits(out), prefix, n,
+        EXPAND=expand, FROM_BITS=from_bits, NATIVE_POPC=native, USE_INT64=use_int64, BLOCK=TP_BLOCK, CHUNK=TP_CHUNK,
+        PDL=pdl, num_warps=TP_WARPS, **({"launch_pdl": True} if pdl else {}),
+    )
+
+
+def _lookback_rows(src: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, n: int, count, expand: bool) -> None:
+    """VARIANT "lookback_rows": one launch (after the look-back state's memset)."""
+    if LR_CHUNK % 32:
+        raise ValueError(f"roofkit.compact: LR_CHUNK ({LR_CHUNK}) must be a multiple of 32")
+    m8 = _mask_words(n, mask)
+    tiles = triton.cdiv(n, LR_CHUNK)
+    # state[0]: the ticket counter; [1 + t]: tile t's word; [tiles + 1]: the total if no count is wanted
+    state = torch.zeros((tiles + 2,), dtype=torch.int64, device=mask.device)
+    _compact_lookback_rows_kernel[(tiles,)](
+        _bits(src), m8, _bits(out), state, state[tiles + 1:] if count is None else count, n, tiles - 1,
+        EXPAND=expand, NATIVE_POPC=not interpreter_active(), USE_INT64=needs_int64(n + LR_CHUNK), CHUNK=LR_CHUNK,
+        WINDOW=max(WINDOW, 32 * LR_WARPS), num_warps=LR_WARPS,
+    )
+
+
+VARIANTS = ("lookback", "lookback_rows", "two_pass", "two_pass_bytes")
+
+
+def _check_variant() -> None:
+    if VARIANT not in VARIANTS:
+        raise ValueError(f"roofkit.compact: unknown VARIANT {VARIANT!r} (expected one of {', '.join(VARIANTS)})")
+
+
+def _compact_forward(x: torch.Tensor, mask: torch.Tensor,
+                     count: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, count); the count goes into ``count`` when given (masked_select's host buffer)."""
+    _check_variant()
     n = x.numel()
     values = torch.empty((n,), dtype=x.dtype, device=x.device)
-    count = torch.empty((), dtype=torch.int64, device=x.device)
+    if count is None:
+        count = torch.empty((), dtype=torch.int64, device=x.device)
     if n == 0:
         return values, count.zero_()
-    m8, state, tiles, opts = _launch(n, mask)
-    _compact_kernel[(tiles,)](_bits(x), m8, _bits(values), state, count, n, tiles - 1, 1, **opts)
+    if VARIANT == "lookback":
+        m8, state, tiles, opts = _launch(n, mask)
+        _compact_kernel[(tiles,)](_bits(x), m8, _bits(values), state, count, n, tiles - 1, 1, **opts)
+    elif VARIANT == "lookback_rows":
+        _lookback_rows(x, mask, values, n, count, expand=False)
+    else:
+        _two_pass(x, mask, values, n, count, expand=False)
     return values, count
 
 
@@ -254,8 +567,18 @@ def _masked_select_forward(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     n = x.numel()
     if n == 0:
         return torch.empty((0,), dtype=x.dtype, device=x.device)
-    values, count = _compact_forward(x, mask)
-    total = int(count)  # the one host synchronization: the output's size
+    if SYNC not in ("item", "pinned"):
+        raise ValueError(f"roofkit.masked_select: unknown SYNC {SYNC!r} (expected item or pinned)")
+    if SYNC == "pinned" and x.is_cuda:
+        # The kernel stores the count straight into page-locked host memory (mapped into the
+        # device's address space): one stream synchronization, no copy to wait for.
+        host = torch.empty((), dtype=torch.int64, pin_memory=True)
+        values, _ = _compact_forward(x, mask, host)
+        torch.cuda.current_stream(x.device).synchronize()
+        total = int(host)
+    else:
+        values, count = _compact_forward(x, mask)
+        total = int(count)  # the one host synchronization: the output's size
     out = values[:total]
     # Keep the full-size buffer (no second pass) unless it would hold > 1/SHRINK_BELOW times the
     # result; then a copy of the kept elements (2 * total elements of traffic) frees it.
@@ -263,6 +586,7 @@ def _masked_select_forward(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _masked_expand(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    _check_variant()
     n = mask.numel()
     out = torch.empty((n,), dtype=grad.dtype, device=grad.device)
     if n == 0:
@@ -270,8 +594,13 @@ def _masked_expand(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     g = grad.contiguous()
     if g.numel() == 0:  # nothing kept: a valid pointer for the (fully masked) loads
         g = out
-    m8, state, tiles, opts = _launch(n, mask)
-    _masked_expand_kernel[(tiles,)](_bits(g), m8, _bits(out), state, n, 1, **opts)
+    if VARIANT == "lookback":
+        m8, state, tiles, opts = _launch(n, mask)
+        _masked_expand_kernel[(tiles,)](_bits(g), m8, _bits(out), state, n, 1, **opts)
+    elif VARIANT == "lookback_rows":
+        _lookback_rows(g, mask, out, n, None, expand=True)
+    else:
+        _two_pass(g, mask, out, n, None, expand=True)
     return out
 
 
@@ -372,10 +701,12 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         Backward: grad_input = grad scattered back to the kept positions, zero elsewhere (summed
         over broadcast dimensions by autograd).
     Cost:
-        One launch: reads the mask once from DRAM (a second time from cache) and, of input, only
-        the elements it keeps (so only the sectors holding them: a fraction 1 - (1-p)^8 of a
-        float32 input for a random mask keeping p); writes the kept elements once, plus 8 bytes
-        per tile of ``CHUNK * CHUNKS`` (8192) elements of look-back state. Below a quarter kept, masked_select adds a copy of
+        Reads the mask once from DRAM and, of input, only the elements it keeps (so only the
+        sectors holding them: a fraction 1 - (1-p)^8 of a float32 input for a random mask keeping
+        p); writes the kept elements once. The default kernel (one launch) also re-reads the mask
+        from cache and keeps 8 bytes of look-back state per tile of ``CHUNK * CHUNKS`` (8192)
+        elements; the two-pass variants (two launches) add one bit per element written and
+        read back (from L2 where it stays; "two_pass_bytes" re-reads the mask bytes instead). Below a quarter kept, masked_select adds a copy of
         the kept elements. ``masked_select_cost`` counts the mask once, those input sectors and
         the kept output. Broadcast or non-contiguous operands are first materialized contiguous.
     Source:
