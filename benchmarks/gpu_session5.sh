@@ -28,11 +28,12 @@ for step in "$@"; do
         timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard python3 benchmarks/probe_ln_race.py --reps 1 --no-time --max-numel 400000 > "$R/probe-ln-racecheck.txt" 2>&1; grep -E "Value|hazard|SUMMARY|uniform" "$R/probe-ln-racecheck.txt" | sort | uniq -c | sort -rn | head -20 ;;
     sanitize) for tool in memcheck racecheck; do
         timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_registry.py ${SANITIZE_OPS:-layer_norm cross_entropy sum mean amax transpose embedding_bag scatter_add index_add} > "$R/sanitizer-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -3 "$R/sanitizer-$tool.txt"; done ;;
-    bench5) for s in ${BENCH5:-"index_add scatter_add:acceptance" "layer_norm:acceptance" "masked_select:acceptance" "embedding_bag:dlrm"}; do
+    bench5) IFS=, read -ra benches <<< "${BENCH5:-index_add scatter_add:acceptance,layer_norm:acceptance,masked_select:acceptance,embedding_bag:dlrm}"
+      for s in "${benches[@]}"; do
         ops=${s%%:*}; suite=${s##*:}
         timeout 400 python3 -m roofkit.cli bench $ops --suite "$suite" --out "$R/bench-$suite-${ops%% *}" > "$R/bench-$suite-${ops%% *}.txt" 2>&1
         grep -E "│" "$R/bench-$suite-${ops%% *}.txt" | cut -c1-170 | tail -30; done ;;
-    tests) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider ${TEST_FILES:-tests/ops/test_scatter.py tests/ops/test_layer_norm.py tests/ops/test_compact.py tests/ops/test_embedding_bag.py} > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
+    tests) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "${TEST_MARK:-not slow}" -p no:cacheprovider ${TEST_FILES:-tests/ops/test_scatter.py tests/ops/test_layer_norm.py tests/ops/test_compact.py tests/ops/test_embedding_bag.py} > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
     *) echo "unknown step $step" ;;
   esac
   tar -C "$OUT" -czf "$OUT/run.tar.gz" run

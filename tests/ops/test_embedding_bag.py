@@ -14,8 +14,8 @@ eb = importlib.import_module("roofkit.ops.embedding_bag")
 
 pytestmark = pytest.mark.embedding_bag
 
-KERNELS = ("_embedding_bag_fwd_kernel", "_embedding_bag_bwd_kernel", "_embedding_bag_bwd_fixup_kernel",
-           "_embedding_bag_zero_rows_kernel", "_embedding_bag_psw_grad_kernel")
+KERNELS = ("_embedding_bag_fwd_kernel", "_embedding_bag_steps_fwd_kernel", "_embedding_bag_bwd_kernel",
+           "_embedding_bag_bwd_fixup_kernel", "_embedding_bag_zero_rows_kernel", "_embedding_bag_psw_grad_kernel")
 
 
 def _weight(v, d, device, dtype=torch.float32, seed=0):
@@ -60,7 +60,8 @@ def test_embedding_bag_span_boundaries_fixup_and_column_blocks(monkeypatch, devi
     # Tiny tiles: bags walked 2 indices per step over 8-column blocks; the sorted entries cut in
     # spans of 8 (2 chunks of 4), so runs of repeated indices cross many spans and the fix-up
     # kernel walks its partials 2 at a time (several steps of its loop).
-    monkeypatch.setattr(eb, "_fwd_config", lambda avg, d, size: eb.FwdConfig(2, 8, 1))
+    monkeypatch.setattr(eb, "_fwd_config", lambda *a: eb.FwdConfig(2, 8, 1, 3))
+    monkeypatch.setattr(eb, "_fwd_single_config", lambda *a: eb.FwdConfig(2, 8, 1))
     monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(4, 8, 8, 1))
     monkeypatch.setattr(eb, "FIXUP_BLOCK_P", 2)
     cases = ["repeated_indices_sum_5x8", "repeated_indices_mean_2d_5x8", "ragged_max_ties_9x4",
@@ -69,8 +70,11 @@ def test_embedding_bag_span_boundaries_fixup_and_column_blocks(monkeypatch, devi
     assert report.passed, report.summary()
 
 
-def test_embedding_bag_hot_row_over_many_spans_is_deterministic(monkeypatch, device):
-    monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(4, 8, 4, 1))
+@pytest.mark.parametrize("cfg", [(4, 8, 4, 1), (8, 4, 16, 1), (2, 8, 6, 2)])
+def test_embedding_bag_hot_row_over_many_spans_is_deterministic(cfg, monkeypatch, device):
+    # Spans of 4 to 16 sorted entries walked 2 to 8 at a time (the next chunk's entries loaded
+    # ahead), column blocks of 4 or 8; the fix-up walks the hot row's partials 2 at a time.
+    monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(*cfg))
     monkeypatch.setattr(eb, "FIXUP_BLOCK_P", 2)
     w = _weight(10, 8, device).requires_grad_(True)
     inp = torch.tensor([3] * 37 + [1, 4, 3, 3, 7], device=device)  # index 3 over ~10 spans of 4
@@ -83,6 +87,76 @@ def test_embedding_bag_hot_row_over_many_spans_is_deterministic(monkeypatch, dev
     torch.testing.assert_close(grads[0].double(), ref, rtol=1e-5, atol=1e-5)
     untouched = [r for r in range(10) if r not in (1, 3, 4, 7)]
     assert (grads[0][untouched] == 0).all()
+
+
+STEPS_CASES = ["ragged_mean_empty_bags_9x4", "psw_sum_ragged_7x4", "padding_mean_6x5", "include_last_offset_mean_6x3",
+               "int32_indices_sum_6x5", "bags_of_one_2d_12x1", "odd_dim_37_sum_4x5", "repeated_indices_mean_2d_5x8"]
+
+
+@pytest.mark.parametrize("force_int64", [False, True])
+def test_embedding_bag_multi_bag_programs_and_int64_offsets(force_int64, monkeypatch, device):
+    # Forward: 4 bags per program (not dividing the bag counts), steps of 2 indices (bags longer
+    # than a step, empty bags), 8-column blocks (column tails at dim 37). Backward: spans of 6
+    # sorted entries, 2 per step. With force_int64 the int64 offset path runs on small shapes.
+    cases = STEPS_CASES
+    if force_int64:
+        monkeypatch.setattr(eb, "needs_int64", lambda *a: True)
+        cases = STEPS_CASES[1:4]
+    monkeypatch.setattr(eb, "_fwd_config", lambda *a: eb.FwdConfig(2, 8, 1, 4))
+    monkeypatch.setattr(eb, "_bwd_config", lambda *a: eb.BwdConfig(2, 8, 6, 1))
+    report = verify_op(SPEC, cases=cases, seeds=2, dtypes=(torch.float32,), device=device)
+    assert report.rows and report.passed, report.summary()
+
+
+@pytest.mark.parametrize("bags_per_program", [1, 3, 5, 16])
+def test_embedding_bag_step_walk_over_empty_and_long_bags_matches_hand_loop(bags_per_program, monkeypatch, device):
+    # Three empty bags first (a whole program of empty bags when 3 per program), a bag of 7
+    # (4 steps of 2), a bag of 1, an empty bag, a bag of 2, and the last bag running to the end.
+    monkeypatch.setattr(eb, "_fwd_config", lambda *a: eb.FwdConfig(2, 4, 1, bags_per_program))
+    w = _weight(15, 6, device, seed=3)
+    inp = torch.tensor([3, 3, 9, 14, 0, 3, 7, 5, 11, 2, 14, 6, 6, 1, 8], device=device)
+    off = torch.tensor([0, 0, 0, 0, 7, 8, 8, 10], device=device)
+    for mode in ("sum", "mean"):
+        for pad in (None, 3):
+            got = embedding_bag(inp, w, off, mode=mode, padding_idx=pad)
+            want = _loop_reference(inp.cpu(), w.cpu(), off.cpu(), mode, padding_idx=pad)
+            torch.testing.assert_close(got.double().cpu(), want, rtol=1e-6, atol=1e-6)
+    assert (embedding_bag(inp, w, off, mode="sum")[[0, 1, 2, 5]] == 0).all()
+    psw = torch.randn(15, generator=torch.Generator().manual_seed(8)).to(device)
+    got = embedding_bag(inp, w, off, mode="sum", per_sample_weights=psw)
+    want = _loop_reference(inp.cpu(), w.cpu(), off.cpu(), "sum", psw.cpu())
+    torch.testing.assert_close(got.double().cpu(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_embedding_bag_multi_bag_programs_still_raise(monkeypatch, device):
+    # The bad index / offset sits in a later program than the first, mid-step.
+    monkeypatch.setattr(eb, "_fwd_config", lambda *a: eb.FwdConfig(2, 4, 1, 2))
+    w = _weight(10, 4, device)
+    inp = torch.tensor([1, 2, 3, 4, 5, 6, 7, 10, 8], device=device)
+    with pytest.raises(IndexError, match="input holds index 10 outside"):
+        embedding_bag(inp, w, torch.tensor([0, 2, 3, 5, 6, 9], device=device), mode="sum")
+    ok = torch.tensor([1, 2, 3, 4, 5, 6, 7, 0, 8], device=device)
+    with pytest.raises(ValueError, match="offsets must start at 0"):
+        embedding_bag(ok, w, torch.tensor([0, 2, 3, 5, 4, 9], device=device), mode="mean")
+    with pytest.raises(ValueError, match="offsets must start at 0"):
+        embedding_bag(ok, w, torch.tensor([0, 2, 3, 5, 6, 9, 8], device=device), mode="sum", include_last_offset=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fwd,bwd,force_int64", [((8, 128, 1, 8), (8, 128, 240, 1), False),
+                                                 ((16, 128, 2, 4), (16, 128, 256, 4), True),
+                                                 ((32, 128, 4, 2), (4, 128, 64, 1), True)])
+def test_embedding_bag_gpu_sweep_configs_match_float64(fwd, bwd, force_int64, monkeypatch, device):
+    # Configurations the sweep (benchmarks/sweep_embedding_bag.py) may pick, multi-warp ones
+    # included (cross-warp reductions and scans the interpreter cannot tell apart), and the int64
+    # offset path, on DLRM-sized hot rows, empty bags, padding and per-sample weights.
+    if force_int64:
+        monkeypatch.setattr(eb, "needs_int64", lambda *a: True)
+    monkeypatch.setattr(eb, "_fwd_config", lambda *a: eb.FwdConfig(*fwd))
+    monkeypatch.setattr(eb, "_bwd_config", lambda *a: eb.BwdConfig(*bwd))
+    cases = ["gpu_dlrm_powerlaw_sum", "gpu_empty_bags_ragged_mean", "gpu_padding_psw_powerlaw"]
+    report = verify_op(SPEC, cases=cases, seeds=2, dtypes=(torch.float32,), device=device)
+    assert report.rows and report.passed, report.summary()
 
 
 # ----------------------------------------------------------------------------- semantics
@@ -332,15 +406,20 @@ def test_embedding_bag_cost_hand_computed():
 
 
 def test_embedding_bag_launch_heuristics(monkeypatch):
-    # DLRM: rows of 128 fp32, bags of 32: a bag's 32 rows in one [32, 128] step.
-    assert eb._fwd_config(32, 128, 4) == eb.FwdConfig(32, 128, 4)
-    # Token embedding: bags of one, rows of 4096 bf16 in one block.
-    assert eb._fwd_config(1, 4096, 2) == eb.FwdConfig(1, 4096, 4)
-    assert eb._fwd_config(5000, 64, 4).BLOCK_L == eb.FWD_MAX_BLOCK_L
     monkeypatch.setattr(eb, "sm_count", lambda device: 132)
-    cfg = eb._bwd_config(65536 * 32, 128, torch.device("cpu"))
-    assert (cfg.BLOCK_K, cfg.BLOCK_D, cfg.E) == (32, 128, 32 * eb.BWD_MAX_CHUNKS)
-    small = eb._bwd_config(8192, 4096, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    # DLRM: rows of 128 fp32, bags of 32: steps of 8 rows (4 KiB) on one warp, 8 bags a program
+    # (8192 programs = 2 waves of 32 one-warp programs on 132 SMs).
+    assert eb._fwd_config(32, 128, 4, 65536, cpu) == eb.FwdConfig(8, 128, 1, 8)
+    # Token embedding: bags of one, rows of 4096 bf16 in one block over 4 warps.
+    assert eb._fwd_config(1, 4096, 2, 8192, cpu) == eb.FwdConfig(1, 4096, 4, 4)
+    assert eb._fwd_config(5000, 64, 4, 10, cpu).BAGS == 1
+    # The max-mode (single-bag) kernel keeps v1's tiles.
+    assert eb._fwd_single_config(32, 128, 4) == eb.FwdConfig(32, 128, 4, 1)
+    assert eb._fwd_single_config(5000, 64, 4).BLOCK_L == eb.FWD_MAX_BLOCK_L
+    cfg = eb._bwd_config(65536 * 32, 128, cpu)
+    assert cfg == eb.BwdConfig(8, 128, 8 * 30, 1)  # spans of a multiple of 16 entries
+    small = eb._bwd_config(8192, 4096, cpu)
     assert small.BLOCK_D == eb.BWD_MAX_BLOCK_D and small.E % small.BLOCK_K == 0
     assert triton_cdiv(8192, small.E) * (4096 // small.BLOCK_D) >= 132  # the grid fills the device
 

@@ -2,18 +2,25 @@
 
     out[b] = reduce_{i in bag b, input[i] != padding_idx} psw[i] * weight[input[i]]
 
-Program mapping. Forward: one program per (bag, block of BLOCK_D columns); it walks its bag
-BLOCK_L indices at a time, gathering a [BLOCK_L, BLOCK_D] tile of weight rows per step (BLOCK_L
-rows in flight), reduces in float32 and writes its output row once. The same pass checks every
-index against the table and every offset against the input (masked loads, so nothing outside the
-table is read) and raises a flag that the host reads once after the launch.
-Backward (dense): the indices are sorted with their positions (torch.sort, stable); the sorted
-array is cut into fixed spans of E entries, one program per span (so a hot row of a power-law
-distribution is spread over many programs). A program gathers grad_output[bag of each entry]
-(times the per-sample weight, or 1/bag size), sums runs of equal indices with a segmented scan,
-and writes each row it owns completely, once; a row cut by a span boundary is written as partials
-that a second kernel adds in span order; a third kernel writes zeros over the rows no index
-touched. Deterministic (fixed order everywhere), no atomics.
+Program mapping. Forward, sum and mean ("steps" kernel): one program per BAGS consecutive bags
+(and block of BLOCK_D columns), walked as one stream of steps of BLOCK_L indices (a bag longer
+than a step takes several; an empty bag is one step without indices); the indices of the next
+step are loaded before the current step's [BLOCK_L, BLOCK_D] rows are gathered, so each program
+keeps a whole step of row gathers in flight with its next indices. DLRM's 512-byte fp32 rows run
+on one warp per program (the reduction over a step stays in registers, up to 32 programs per SM).
+Max mode: one program per bag (walking it BLOCK_L indices per step). Every index is checked
+against the table and every offset against the input (masked loads, so nothing outside the table
+is read) and a flag is raised that the host reads once after the launch.
+Backward (dense): the indices are sorted with their positions (torch.sort, stable, 32-bit keys
+where the table allows) and the bag of each sorted entry is gathered once (so the kernel's entry
+loads are contiguous); the sorted array is cut into fixed spans of E entries, one program per
+span (so a hot row of a power-law distribution is spread over many programs). A program walks
+its span BLOCK_K entries at a time, loading the next chunk's entries while it gathers
+grad_output[bag of each entry] (times the per-sample weight, or 1/bag size) for the current one,
+sums runs of equal indices with a segmented scan, and writes each row it owns completely, once;
+a row cut by a span boundary is written as partials that a second kernel adds in span order; a
+third kernel writes zeros over the rows no index touched. Deterministic (fixed order
+everywhere), no atomics.
 Source: torch.nn.functional.embedding_bag (semantics); Naumov et al., "Deep Learning
 Recommendation Model for Personalization and Recommendation Systems" (2019) (DLRM shapes);
 Blelloch, "Prefix sums and their applications" (1990) (segmented scan).
@@ -33,7 +40,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, sm_count
+from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, needs_int64, next_pow2, sm_count
 from ._jit import _round_for_store
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -84,20 +91,34 @@ def embedding_bag_cost(case, dtype: torch.dtype) -> Cost:
 
 # ----------------------------------------------------------------------------- launch heuristic
 
-FWD_TILE = 4096  # elements of the forward's [BLOCK_L, BLOCK_D] tile
+# Forward, sum and mean ("steps" kernel): each program walks BAGS consecutive bags in steps of
+# BLOCK_L indices; the indices of the next step are loaded while the current step's rows are
+# gathered. A step's tile is about FWD_STEP_BYTES of rows, FWD_ELEMS_PER_THREAD elements a
+# thread: one warp for DLRM's 512-byte rows, so the reduction over the step stays in registers.
+FWD_KERNEL = "steps"  # "steps" or "single" (one bag per program, the max-mode kernel)
+FWD_STEP_BYTES = 4096
+FWD_ELEMS_PER_THREAD = 32
+FWD_WAVES = 2  # programs: about FWD_WAVES full waves of the device (SM count read from it)
 FWD_MAX_BLOCK_L = 64
-BWD_TILE = 4096  # elements of the backward's [BLOCK_K, BLOCK_D] tile
+FWD_TILE = 4096  # elements of the single-bag kernel's [BLOCK_L, BLOCK_D] tile (max mode)
+# Backward: spans of E sorted entries, BLOCK_K at a time, the next chunk's keys and bags loaded
+# while the current chunk's grad_output rows are gathered.
+BWD_STEP_BYTES = 4096
+BWD_ELEMS_PER_THREAD = 32
 BWD_MAX_BLOCK_D = 256
-BWD_MAX_CHUNKS = 16  # BLOCK_K-entry chunks per backward span (E = chunks * BLOCK_K)
-BWD_PROGRAMS_PER_SM = 8
-FIXUP_BLOCK_P = 32  # partials summed per step by the fix-up kernel
+BWD_MAX_BLOCK_K = 8  # one warp holds every row of its chunk: more rows cost registers (ptxas -v)
+BWD_MAX_CHUNKS = 32  # BLOCK_K-entry chunks per backward span (E = chunks * BLOCK_K)
+BWD_WAVES = 2
+FIXUP_BLOCK_P = 64  # partials summed per step by the fix-up kernel
 ZERO_TILE = 8192  # elements of the zero-fill tile
+MAX_PROGRAMS_PER_SM = 32  # resident-block limit of NVIDIA SMs since Volta (a bound, not a target)
 
 
 class FwdConfig(NamedTuple):
     BLOCK_L: int
     BLOCK_D: int
     num_warps: int
+    BAGS: int = 1  # bags per program (steps kernel; the single-bag kernel takes one)
 
 
 class BwdConfig(NamedTuple):
@@ -111,25 +132,46 @@ def _warps(tile: int) -> int:
     return 4 if tile >= 2048 else (2 if tile >= 512 else 1)
 
 
-def _fwd_config(avg_len: float, d: int, elem_size: int) -> FwdConfig:
-    """Tiles of about FWD_TILE elements: the whole row when it fits (up to 8 KiB of it), then as
-    many indices of the bag as fill the tile (up to the bag's average length and
-    FWD_MAX_BLOCK_L), so one step keeps a bag's rows in flight together."""
+def _warps_for(elems: int, per_thread: int) -> int:
+    """Warps (1 to 8, a power of two) giving each thread about ``per_thread`` tile elements."""
+    return min(8, next_pow2(max(1, elems // (32 * per_thread))))
+
+
+def _fwd_single_config(avg_len: float, d: int, elem_size: int) -> FwdConfig:
+    """Single-bag kernel (max mode): tiles of about FWD_TILE elements, the whole row when it fits
+    (up to 8 KiB of it), then as many indices of the bag as fill the tile."""
     block_d = min(next_pow2(d), 8192 // elem_size)
     block_l = min(next_pow2(math.ceil(avg_len)), max(1, FWD_TILE // block_d), FWD_MAX_BLOCK_L)
-    return FwdConfig(block_l, block_d, _warps(block_l * block_d))
+    return FwdConfig(block_l, block_d, _warps(block_l * block_d), 1)
+
+
+def _fwd_config(avg_len: float, d: int, elem_size: int, num_bags: int, device: torch.device) -> FwdConfig:
+    """Steps kernel (sum, mean): [BLOCK_L, BLOCK_D] steps of about FWD_STEP_BYTES (up to 8 KiB
+    of a row, BLOCK_L up to the average bag length), warps for FWD_ELEMS_PER_THREAD elements a
+    thread, and BAGS bags per program so the grid makes about FWD_WAVES full waves."""
+    block_d = min(next_pow2(d), 8192 // elem_size)
+    block_l = min(next_pow2(math.ceil(avg_len)), max(1, FWD_STEP_BYTES // (block_d * elem_size)), FWD_MAX_BLOCK_L)
+    warps = _warps_for(block_l * block_d, FWD_ELEMS_PER_THREAD)
+    per_sm = max(1, MAX_PROGRAMS_PER_SM // warps)
+    programs = FWD_WAVES * per_sm * sm_count(device) // triton.cdiv(d, block_d)
+    return FwdConfig(block_l, block_d, warps, max(1, triton.cdiv(num_bags, max(1, programs))))
 
 
 def _bwd_config(n: int, d: int, device: torch.device) -> BwdConfig:
-    """[BLOCK_K, BLOCK_D] tiles of about BWD_TILE elements; spans of E = chunks * BLOCK_K sorted
-    entries, as long as possible (fewer rows cut by span boundaries) while the grid still has
-    about BWD_PROGRAMS_PER_SM programs per SM (read from the device)."""
+    """[BLOCK_K, BLOCK_D] chunks of about BWD_STEP_BYTES of float32 gradient rows (up to
+    BWD_MAX_BLOCK_D columns and BWD_MAX_BLOCK_K rows), warps for BWD_ELEMS_PER_THREAD elements a
+    thread, and spans of E = chunks * BLOCK_K sorted entries: as long as possible (fewer rows cut
+    by span boundaries) while the grid still makes about BWD_WAVES full waves of the device."""
     block_d = min(next_pow2(d), BWD_MAX_BLOCK_D)
-    block_k = max(16, min(64, BWD_TILE // block_d, next_pow2(n)))
+    block_k = max(1, min(BWD_MAX_BLOCK_K, BWD_STEP_BYTES // (4 * block_d), next_pow2(n)))
+    warps = _warps_for(block_k * block_d, BWD_ELEMS_PER_THREAD)
     d_blocks = triton.cdiv(d, block_d)
-    want = max(1, BWD_PROGRAMS_PER_SM * sm_count(device) // d_blocks)
+    want = max(1, BWD_WAVES * max(1, MAX_PROGRAMS_PER_SM // warps) * sm_count(device) // d_blocks)
     chunks = max(1, min(BWD_MAX_CHUNKS, n // (block_k * want)))
-    return BwdConfig(block_k, block_d, chunks * block_k, _warps(block_k * block_d))
+    # Spans of a multiple of 16 entries keep every program's entry loads 16-byte aligned (vector
+    # loads; Triton specializes integer arguments divisible by 16).
+    m = max(1, 16 // block_k)
+    return BwdConfig(block_k, block_d, max(m, chunks // m * m) * block_k, warps)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -218,24 +260,150 @@ def _embedding_bag_fwd_kernel(
 
 
 @triton.jit
+def _ix(x, USE_INT64: tl.constexpr):
+    """``x`` in the kernel's offset type: int64 where an offset can pass 2**31, else int32."""
+    if USE_INT64:
+        return x.to(tl.int64)
+    else:
+        return x.to(tl.int32)
+
+
+@triton.jit
+def _bag_end(off_ptr, b, B, N, L, mask, HAS_OFFSETS: tl.constexpr, USE_INT64: tl.constexpr):
+    """End of bag ``b`` in the input (offsets[b + 1], or N for the last bag), clamped to
+    [0, N] so that no window ever leaves the input; the offsets themselves are checked apart."""
+    if HAS_OFFSETS:
+        e = tl.load(off_ptr + b + 1, mask=mask & (b + 1 < B), other=N)
+        e = tl.minimum(tl.maximum(e, 0), N)
+    else:
+        e = (b + 1) * L
+    return _ix(e, USE_INT64)
+
+
+@triton.jit
+def _embedding_bag_steps_fwd_kernel(
+    idx_ptr, off_ptr, w_ptr, psw_ptr, out_ptr, count_ptr, bag_ptr, err_ptr,
+    N, V, D, L, B, n_off, padding_idx, BAGS,
+    stride_wv, stride_wd,
+    MEAN: tl.constexpr, HAS_OFFSETS: tl.constexpr, HAS_PSW: tl.constexpr, HAS_PAD: tl.constexpr,
+    WRITE_BAGS: tl.constexpr, BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr,
+    BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """Sums (means) of bags [pid * BAGS, pid * BAGS + BAGS) over BLOCK_D columns, walked as one
+    stream of steps of BLOCK_L indices (tile [BLOCK_L, BLOCK_D]); the next step's indices are
+    loaded before the current step's rows are gathered. Flags bad indices (err[0]), offsets (err[1])."""
+    pid_d = tl.program_id(1)
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    lanes = _ix(tl.arange(0, BLOCK_L), USE_INT64)
+    b_lo = _ix(tl.program_id(0), USE_INT64) * BAGS
+    b_hi = tl.minimum(b_lo + BAGS, B)
+    if HAS_OFFSETS:
+        # The offsets of this program's bags, checked in one vectorized pass (the step loop
+        # below only reads them clamped).
+        for c in range(b_lo, b_hi, BLOCK_V):
+            bb = c + tl.arange(0, BLOCK_V)
+            inb = bb < b_hi
+            st = tl.load(off_ptr + bb, mask=inb, other=0)
+            en = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 < B), other=N)
+            last = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 == B) & (n_off > B), other=N)
+            bad_off = inb & ((st < 0) | (st > en) | (en > N) | ((bb == 0) & (st != 0)) | (last != N))
+            tl.store(err_ptr + 1, 1, mask=tl.max(bad_off.to(tl.int32), axis=0) > 0)
+        cs = _ix(tl.minimum(tl.maximum(tl.load(off_ptr + b_lo), 0), N), USE_INT64)
+    else:
+        cs = b_lo * L
+    # The step being reduced: bag cb, window [cs, min(cs + BLOCK_L, ce)); c_after ends bag cb + 1.
+    cb = b_lo
+    ce = tl.maximum(_bag_end(off_ptr, cb, B, N, L, True, HAS_OFFSETS, USE_INT64), cs)
+    c_after = _bag_end(off_ptr, cb + 1, B, N, L, cb + 1 < b_hi, HAS_OFFSETS, USE_INT64)
+    cidx = tl.load(idx_ptr + cs + lanes, mask=cs + lanes < ce, other=0)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    cnt = tl.full([], 0, tl.int32)
+    bad = tl.zeros([BLOCK_L], tl.int32)
+    while cb < b_hi:
+        # The next step: the rest of this bag, or the start of the next one (an empty bag is
+        # one step without indices, which writes its zeros).
+        more = cs + BLOCK_L < ce
+        nb = tl.where(more, cb, cb + 1)
+        ns = tl.where(more, cs + BLOCK_L, ce)
+        ne = tl.where(more, ce, tl.maximum(c_after, ce))
+        n_after = tl.where(more, c_after,
+                           _bag_end(off_ptr, cb + 2, B, N, L, (~more) & (cb + 2 < b_hi), HAS_OFFSETS, USE_INT64))
+        nidx = tl.load(idx_ptr + ns + lanes, mask=((ns + lanes < ne) & (nb < b_hi)) != 0, other=0)
+        # The current step: gather its rows (several in flight per thread) and add them up.
+        pos = cs + lanes
+        in_bag = pos < ce
+        in_table = (cidx >= 0) & (cidx < V)
+        bad = bad | (in_bag & ~in_table).to(tl.int32)
+        keep = in_bag & in_table
+        if HAS_PAD:
+            keep = keep & (cidx != padding_idx)
+        row = _ix(tl.where(keep, cidx, 0), USE_INT64)
+        x = tl.load(w_ptr + row[:, None] * stride_wv + cols[None, :] * stride_wd,
+                    mask=keep[:, None] & col_mask[None, :], other=0.0).to(tl.float32)
+        if HAS_PSW:
+            x = x * tl.load(psw_ptr + pos, mask=keep, other=0.0).to(tl.float32)[:, None]
+        acc += tl.sum(x, axis=0)
+        if MEAN:
+            cnt += tl.sum(keep.to(tl.int32), axis=0)
+        if WRITE_BAGS:
+            tl.store(bag_ptr + pos, tl.zeros([BLOCK_L], bag_ptr.dtype.element_ty) + cb.to(bag_ptr.dtype.element_ty),
+                     mask=(in_bag & (pid_d == 0)) != 0)
+        # The bag ends with this step: write its row (a bag's row is written exactly once).
+        done = ~more
+        if MEAN:
+            res = acc / tl.maximum(cnt, 1).to(tl.float32)
+            tl.store(count_ptr + cb, cnt, mask=(done & (pid_d == 0)) != 0)
+        else:
+            res = acc
+        tl.store(out_ptr + cb * D + cols, _round_for_store(res, out_ptr, BF16_RNE), mask=(col_mask & done) != 0)
+        acc = tl.where(done, 0.0, acc)
+        if MEAN:
+            cnt = tl.where(done, 0, cnt)
+        cb, cs, ce, c_after, cidx = nb, ns, ne, n_after, nidx
+    tl.store(err_ptr, 1, mask=tl.max(bad, axis=0) > 0)
+
+
+@triton.jit
 def _segmented_add(key_a, val_a, key_b, val_b):
     """Combine of a segmented sum over sorted keys: restart the sum where the key changes."""
     return key_b, tl.where(key_a == key_b, val_a + val_b, val_b)
 
 
 @triton.jit
+def _bwd_entries(key_ptr, perm_ptr, sbag_ptr, k, hi, N, NEED_POS: tl.constexpr, HAS_BAGS: tl.constexpr):
+    """Sorted entries k (< hi): their keys, the key after each, positions, bags (contiguous loads,
+    as stored: the caller converts them where it uses them)."""
+    valid = k < hi
+    keys = tl.load(key_ptr + k, mask=valid, other=-1)
+    nxt = tl.load(key_ptr + k + 1, mask=k + 1 < N, other=-1)
+    if NEED_POS:
+        pos = tl.load(perm_ptr + k, mask=valid, other=0)
+    else:
+        pos = k
+    if HAS_BAGS:
+        bag = tl.load(sbag_ptr + k, mask=valid, other=-1)
+    else:
+        bag = k
+    return keys, nxt, pos, bag
+
+
+@triton.jit
 def _embedding_bag_bwd_kernel(
-    key_ptr, perm_ptr, bag_ptr, psw_ptr, count_ptr, argmax_ptr, gout_ptr, gw_ptr, head_ptr, tail_ptr, flag_ptr,
+    key_ptr, perm_ptr, sbag_ptr, psw_ptr, count_ptr, argmax_ptr, gout_ptr, gw_ptr, head_ptr, tail_ptr, flag_ptr,
     dest_ptr, N, V, D, L, B, E, padding_idx,
     stride_gb, stride_gd,
     MODE: tl.constexpr, HAS_BAGS: tl.constexpr, HAS_PSW: tl.constexpr, HAS_PAD: tl.constexpr,
-    SPARSE: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+    SPARSE: tl.constexpr, BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Weight-gradient rows of the sorted entries [pid * E, pid * E + E) over BLOCK_D columns,
-    BLOCK_K entries per step (tile [BLOCK_K, BLOCK_D]). Runs of equal indices are summed by a
+    BLOCK_K entries per step (tile [BLOCK_K, BLOCK_D]), the next step's entries loaded while the
+    current step's grad_output rows are gathered. Runs of equal indices are summed by a
     segmented scan; a run wholly inside the span is written to its row, the run cut by the left
     boundary to head[pid], the one cut by the right boundary to tail[pid] (both float32)."""
-    pid = tl.program_id(0).to(tl.int64)
+    NEED_POS: tl.constexpr = (MODE == 2) or HAS_PSW or (not HAS_BAGS)
+    pid = _ix(tl.program_id(0), USE_INT64)
     pid_d = tl.program_id(1)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < D
@@ -245,34 +413,36 @@ def _embedding_bag_bwd_kernel(
     last_key = tl.load(key_ptr + hi - 1)
     cross_left = tl.load(key_ptr + lo - 1, mask=pid > 0, other=-1) == first_key
     cross_right = tl.load(key_ptr + hi, mask=hi < N, other=-1) == last_key
-    lanes = tl.arange(0, BLOCK_K).to(tl.int64)
+    lanes = _ix(tl.arange(0, BLOCK_K), USE_INT64)
     carry = tl.zeros([BLOCK_D], tl.float32)
     carry_key = tl.full([], -1, key_ptr.dtype.element_ty)
+    keys, nxt, pos, bag = _bwd_entries(key_ptr, perm_ptr, sbag_ptr, lo + lanes, hi, N, NEED_POS, HAS_BAGS)
     for s in range(lo, hi, BLOCK_K):
+        # The next step's entries (contiguous loads) go out before this step's gathers.
+        keys_n, nxt_n, pos_n, bag_n = _bwd_entries(key_ptr, perm_ptr, sbag_ptr, s + BLOCK_K + lanes, hi, N, NEED_POS,
+                                                   HAS_BAGS)
         k = s + lanes
         valid = k < hi
-        keys = tl.load(key_ptr + k, mask=valid, other=-1)
-        nxt = tl.load(key_ptr + k + 1, mask=k + 1 < N, other=-1)
-        pos = tl.load(perm_ptr + k, mask=valid, other=0)
         ok = valid & (keys >= 0) & (keys < V)
         use = ok
         if HAS_PAD:
             use = use & (keys != padding_idx)
+        p = _ix(pos, USE_INT64)
         if HAS_BAGS:
-            bag = tl.load(bag_ptr + pos, mask=use, other=-1).to(tl.int64)
+            bg = _ix(bag, USE_INT64)
         else:
-            bag = pos // L
-        use = use & (bag >= 0) & (bag < B)
+            bg = p // L
+        use = use & (bg >= 0) & (bg < B)
         m2 = use[:, None] & col_mask[None, :]
-        g = tl.load(gout_ptr + bag[:, None] * stride_gb + cols[None, :] * stride_gd, mask=m2, other=0.0,
+        g = tl.load(gout_ptr + bg[:, None] * stride_gb + cols[None, :] * stride_gd, mask=m2, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
         if MODE == 2:
-            am = tl.load(argmax_ptr + bag[:, None] * D + cols[None, :], mask=m2, other=-1)
-            g = tl.where(am == pos[:, None], g, 0.0)
+            am = tl.load(argmax_ptr + bg[:, None] * D + cols[None, :], mask=m2, other=-1)
+            g = tl.where(am == p.to(tl.int64)[:, None], g, 0.0)
         elif HAS_PSW:
-            g = g * tl.load(psw_ptr + pos, mask=use, other=0.0).to(tl.float32)[:, None]
+            g = g * tl.load(psw_ptr + p, mask=use, other=0.0).to(tl.float32)[:, None]
         elif MODE == 1:
-            c = tl.load(count_ptr + bag, mask=use, other=1)
+            c = tl.load(count_ptr + bg, mask=use, other=1)
             g = g * (1.0 / tl.maximum(c, 1).to(tl.float32))[:, None]
         keys2 = keys[:, None] + tl.zeros([BLOCK_K, BLOCK_D], keys.dtype)
         _, run = tl.associative_scan((keys2, g), 0, _segmented_add)
@@ -284,9 +454,9 @@ def _embedding_bag_bwd_kernel(
         first_run = (cross_left & (keys == first_key)) != 0
         to_row = ends & ok & ~first_run
         if SPARSE:
-            dest = tl.load(dest_ptr + k, mask=to_row, other=0)
+            dest = _ix(tl.load(dest_ptr + k, mask=to_row, other=0), USE_INT64)
         else:
-            dest = keys.to(tl.int64)
+            dest = _ix(keys, USE_INT64)  # (masked store: rows outside the table are never written)
         tl.store(gw_ptr + dest[:, None] * D + cols[None, :], _round_for_store(run, gw_ptr, BF16_RNE),
                  mask=to_row[:, None] & col_mask[None, :], eviction_policy="evict_first")
         to_head = ends & first_run
@@ -297,6 +467,7 @@ def _embedding_bag_bwd_kernel(
         hold = valid & (k == tl.minimum(s + BLOCK_K, hi) - 1) & ~ends
         carry = tl.sum(tl.where(hold[:, None], run, 0.0), axis=0)
         carry_key = tl.max(tl.where(hold, keys, -1), axis=0)
+        keys, nxt, pos, bag = keys_n, nxt_n, pos_n, bag_n
     # The run still open at the span's end continues in the next span.
     single = (cross_left & (first_key == last_key)) != 0
     tl.store(head_ptr + pid * D + cols, carry, mask=(col_mask & cross_right & single) != 0)
@@ -310,7 +481,8 @@ def _embedding_bag_bwd_fixup_kernel(
 ):
     """Row cut by span boundary pid + 1 (if this is the first boundary it crosses): tail of the
     span where it starts plus the heads of the following spans it covers, in span order, BLOCK_P
-    partials per step (tile [BLOCK_P, BLOCK_D]); writes the row once."""
+    partials per step (tile [BLOCK_P, BLOCK_D]), the next step's keys and heads loaded before
+    this step's are added (a hot row of a power law covers hundreds of spans); writes the row once."""
     b = tl.program_id(0).to(tl.int64) + 1
     pid_d = tl.program_id(1)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -322,16 +494,20 @@ def _embedding_bag_bwd_fixup_kernel(
     owner = crosses & ~earlier & (r >= 0) & (r < V)
     row_mask = (col_mask & owner) != 0  # boolean in every Triton version (see the bwd kernel)
     acc = tl.load(tail_ptr + (b - 1) * D + cols, mask=row_mask, other=0.0)
-    q = b
+    qs = b + tl.arange(0, BLOCK_P)
+    in_p = (qs < P) & owner
+    hk = tl.load(key_ptr + qs * E, mask=in_p, other=-1)
+    h = tl.load(head_ptr + qs[:, None] * D + cols[None, :], mask=in_p[:, None] & col_mask[None, :], other=0.0)
     more = owner
     while more:
-        qs = q + tl.arange(0, BLOCK_P)
-        in_p = qs < P
-        hit = in_p & (tl.load(key_ptr + qs * E, mask=in_p, other=-1) == r)
-        h = tl.load(head_ptr + qs[:, None] * D + cols[None, :], mask=hit[:, None] & col_mask[None, :], other=0.0)
-        acc += tl.sum(h, axis=0)
-        q += BLOCK_P
+        hit = in_p & (hk == r)
         more = tl.sum(hit.to(tl.int32), axis=0) == BLOCK_P
+        qs_n = qs + BLOCK_P
+        in_n = ((qs_n < P) & more) != 0
+        hk_n = tl.load(key_ptr + qs_n * E, mask=in_n, other=-1)
+        h_n = tl.load(head_ptr + qs_n[:, None] * D + cols[None, :], mask=in_n[:, None] & col_mask[None, :], other=0.0)
+        acc += tl.sum(tl.where(hit[:, None], h, 0.0), axis=0)
+        qs, in_p, hk, h = qs_n, in_n, hk_n, h_n
     if SPARSE:
         dest = tl.load(dest_ptr + at, mask=owner != 0, other=0)
     else:
@@ -376,7 +552,12 @@ def _embedding_bag_psw_grad_kernel(
         w = tl.load(w_ptr + idx[:, None] * stride_wv + cols[None, :] * stride_wd, mask=m2, other=0.0).to(tl.float32)
         g = tl.load(gout_ptr + bag[:, None] * stride_gb + cols[None, :] * stride_gd, mask=m2, other=0.0).to(tl.float32)
         acc += tl.sum(w * g, axis=1)
-    tl.store(gpsw_ptr + pos, _round_for_store(acc, gpsw_ptr, BF16_RNE), mask=valid)
+    # Stored from the tile's layout by the one thread holding column 0 of each position: a 1-D
+    # store would gather the threads' copies of the sum through shared memory, where copies
+    # that differ in the last bit race (compute-sanitizer racecheck, H200, session 5).
+    first = (tl.arange(0, BLOCK_D) == 0)[None, :] & valid[:, None]
+    dst = gpsw_ptr + pos[:, None] + tl.arange(0, BLOCK_D)[None, :]  # column 0 only: the position's own slot
+    tl.store(dst, _round_for_store(tl.broadcast_to(acc[:, None], [BLOCK_K, BLOCK_D]), gpsw_ptr, BF16_RNE), mask=first)
 
 
 # ----------------------------------------------------------------------------- host launchers
@@ -432,17 +613,29 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
             if int(lo) < 0 or int(hi) >= v:
                 _raise_bad_input((1, 0), indices, offsets, v)
         return out, count, argmax, bags
-    cfg = config or _fwd_config(n / num_bags, d, weight.element_size())
     err = torch.zeros(2, dtype=torch.int32, device=dev)
     has_off = offsets is not None
-    _embedding_bag_fwd_kernel[(num_bags, triton.cdiv(d, cfg.BLOCK_D))](
-        indices, offsets if has_off else indices, weight, psw if psw is not None else weight, out, count, argmax, bags,
-        err, n, v, d, bag_length, num_bags, offsets.numel() if has_off else 0, padding_idx,
-        weight.stride(0), weight.stride(1),
-        MODE=mode, HAS_OFFSETS=has_off, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0,
-        WRITE_ARGMAX=argmax.numel() > 0, WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype),
-        BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
-    )
+    args = (indices, offsets if has_off else indices, weight, psw if psw is not None else weight, out, count)
+    if mode != MODE_MAX and FWD_KERNEL == "steps":
+        cfg = config or _fwd_config(n / num_bags, d, weight.element_size(), num_bags, dev)
+        use_int64 = needs_int64(n + cfg.BLOCK_L, num_bags * d,
+                                (v - 1) * abs(weight.stride(0)) + (d - 1) * abs(weight.stride(1)) + 1)
+        _embedding_bag_steps_fwd_kernel[(triton.cdiv(num_bags, cfg.BAGS), triton.cdiv(d, cfg.BLOCK_D))](
+            *args, bags, err, n, v, d, bag_length, num_bags, offsets.numel() if has_off else 0, padding_idx,
+            cfg.BAGS, weight.stride(0), weight.stride(1),
+            MEAN=mode == MODE_MEAN, HAS_OFFSETS=has_off, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0,
+            WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype), USE_INT64=use_int64,
+            BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, BLOCK_V=128, num_warps=cfg.num_warps, num_stages=1,
+        )
+    else:
+        cfg = config or _fwd_single_config(n / num_bags, d, weight.element_size())
+        _embedding_bag_fwd_kernel[(num_bags, triton.cdiv(d, cfg.BLOCK_D))](
+            *args, argmax, bags, err, n, v, d, bag_length, num_bags, offsets.numel() if has_off else 0, padding_idx,
+            weight.stride(0), weight.stride(1),
+            MODE=mode, HAS_OFFSETS=has_off, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0,
+            WRITE_ARGMAX=argmax.numel() > 0, WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype),
+            BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
+        )
     if not _capturing(dev):
         flags = err.tolist()  # the one host synchronization of the forward
         if any(flags):
@@ -467,18 +660,35 @@ def _launch_bwd(sorted_keys, perm, grad, weight, psw, count, argmax, bags, out, 
     d_blocks = triton.cdiv(d, cfg.BLOCK_D)
     head = torch.empty((spans, d), dtype=torch.float32, device=weight.device)
     tail = torch.empty((spans, d), dtype=torch.float32, device=weight.device)
+    # The bag of every sorted entry, gathered once here so that the kernel's entry loads are all
+    # contiguous (its only random loads are the grad_output rows); fixed-size bags divide instead.
+    sorted_bags = bags.index_select(0, perm) if has_bags else perm
+    use_int64 = needs_int64(n + cfg.E, v * d, out.numel(), num_bags * abs(grad.stride(0)) + d * abs(grad.stride(1)),
+                            num_bags * d)
     rne = bf16_rne(out.dtype)
     _embedding_bag_bwd_kernel[(spans, d_blocks)](
-        sorted_keys, perm, bags, psw if psw is not None else grad, count, argmax, grad, out, head, tail, flags,
+        sorted_keys, perm, sorted_bags, psw if psw is not None else grad, count, argmax, grad, out, head, tail, flags,
         dest, n, v, d, bag_length, num_bags, cfg.E, padding_idx, grad.stride(0), grad.stride(1),
         MODE=mode, HAS_BAGS=has_bags, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0, SPARSE=sparse,
-        BF16_RNE=rne, BLOCK_K=cfg.BLOCK_K, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
+        BF16_RNE=rne, USE_INT64=use_int64, BLOCK_K=cfg.BLOCK_K, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps,
+        num_stages=1,
     )
     if spans > 1:
         _embedding_bag_bwd_fixup_kernel[(spans - 1, d_blocks)](
             sorted_keys, head, tail, out, dest, n, v, d, cfg.E, spans,
-            SPARSE=sparse, BF16_RNE=rne, BLOCK_P=FIXUP_BLOCK_P, BLOCK_D=cfg.BLOCK_D, num_warps=4,
+            SPARSE=sparse, BF16_RNE=rne, BLOCK_P=FIXUP_BLOCK_P, BLOCK_D=cfg.BLOCK_D,
+            num_warps=_warps_for(FIXUP_BLOCK_P * cfg.BLOCK_D, 64), num_stages=1,
         )
+
+
+def _launch_zero_rows(flags, gw) -> None:
+    """Zeros over the rows of the dense gradient ``gw`` that no index touched (flag 0)."""
+    v, d = gw.shape
+    block_d = min(next_pow2(d), 1024)
+    block_r = max(1, ZERO_TILE // block_d)
+    _embedding_bag_zero_rows_kernel[(triton.cdiv(v, block_r), triton.cdiv(d, block_d))](
+        flags, gw, v, d, BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4,
+    )
 
 
 def _embedding_bag_backward(grad, indices, weight, psw, count, argmax, bags, mode: int, padding_idx: int,
@@ -498,11 +708,7 @@ def _embedding_bag_backward(grad, indices, weight, psw, count, argmax, bags, mod
             flags = torch.zeros((v,), dtype=torch.int8, device=dev)
             _launch_bwd(sorted_keys, perm, grad, weight, psw, count, argmax, bags, gw, perm, flags, mode, padding_idx,
                         num_bags, bag_length, has_bags, False, config)
-            block_d = min(next_pow2(d), 1024)
-            block_r = max(1, ZERO_TILE // block_d)
-            _embedding_bag_zero_rows_kernel[(triton.cdiv(v, block_r), triton.cdiv(d, block_d))](
-                flags, gw, v, d, BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4,
-            )
+            _launch_zero_rows(flags, gw)
     if need_psw_grad and gpsw.numel():
         if d == 0 or num_bags == 0:
             gpsw.zero_()
@@ -706,8 +912,10 @@ def embedding_bag(
         rows and writes B x D outputs: (N*D + B*D) elements plus the index bytes; it checks every
         index and offset in the same pass and synchronizes with the host once, after the launch,
         to raise the error (skipped under CUDA-graph capture, where bad indices are skipped,
-        never read). Backward: a sort of N 32-bit keys, a pass over the sorted entries gathering
-        grad_output rows, and one write of the dense (V, D) gradient. D FLOP per index each way.
+        never read). Backward: a sort of N 32-bit keys, a gather of the bag id of each sorted
+        entry (1-D input with offsets), a pass over the sorted entries gathering grad_output rows,
+        and one write of the dense (V, D) gradient (touched rows by the pass, the others by a
+        zero-fill); no host synchronization. D FLOP per index each way.
     Source:
         torch.nn.functional.embedding_bag (semantics); Blelloch 1990 (segmented scan).
     """

@@ -79,12 +79,6 @@ def layer_norm_cost(case, dtype: torch.dtype) -> Cost:
 # ----------------------------------------------------------------------------- launch heuristic
 
 ONE_PASS_MAX_N = 16384  # longest row the forward holds on chip (elements)
-# The chunked forward (rows longer than ONE_PASS_MAX_N) makes the copies of each row's statistics
-# identical before storing them (an exact max over the copies; see the kernel). The one-pass
-# forward does not: there it cost 7 % (4024 -> 3712 GB/s at 32768 x 4096 bf16) and
-# benchmarks/probe_ln_race.py found its stored statistics identical in 200 of 200 calls at 8 shapes,
-# with no racecheck hazard (H200, session 5). True applies it to both paths.
-FWD_UNIFORM_STATS = False
 BWD_ONE_PASS_MAX_N = 8192  # the backward also holds two fp32 accumulator rows: a lower bound
 LOOP_BLOCK_N = 4096  # chunk of a longer row per loop iteration
 PROGRAMS_PER_SM = 2  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
@@ -135,7 +129,7 @@ def _layer_norm_fwd_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, M, N, eps,
     stride_xm, stride_ym,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UNIFORM_STATS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """y, mean and 1/std of BLOCK_M rows per iteration, the program looping over row blocks pid,
     pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice."""
@@ -200,16 +194,15 @@ def _layer_norm_fwd_kernel(
                 if HAS_BIAS:
                     y = y + tl.load(b_ptr + offs, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 tl.store(y_rows + offs[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
-        # The threads of a row hold copies of its sums that can differ in the last bit (butterfly
-        # shuffles add in different orders), and the 1-D stores below gather one copy per row
-        # through shared memory, where the copies race (compute-sanitizer racecheck;
-        # triton-lang/triton#7264): the saved statistics could change from run to run. The
-        # maximum over the copies is exact, so every thread stores the same value.
-        if UNIFORM_STATS:
-            mean = tl.max(tl.broadcast_to(mean[:, None], [BLOCK_M, BLOCK_N]), axis=1)
-            rstd = tl.max(tl.broadcast_to(rstd[:, None], [BLOCK_M, BLOCK_N]), axis=1)
-        tl.store(mean_ptr + rows64, mean, mask=row_mask)
-        tl.store(rstd_ptr + rows64, rstd, mask=row_mask)
+        # The threads of a row hold copies of its statistics that racecheck found to differ on
+        # some shapes (H200, session 5; cf. triton-lang/triton#7264), and a 1-D store gathers one
+        # copy per row through shared memory, where they race: the saved statistics could change
+        # from run to run. Stored instead from the tile's own layout, by the one thread that holds
+        # column 0 of the row: no shared memory, the same copy every run.
+        first = (cols == 0)[None, :] & row_mask[:, None]
+        stat = rows64[:, None] + cols[None, :]  # column 0 only: the row's own slot
+        tl.store(mean_ptr + stat, tl.broadcast_to(mean[:, None], [BLOCK_M, BLOCK_N]), mask=first)
+        tl.store(rstd_ptr + stat, tl.broadcast_to(rstd[:, None], [BLOCK_M, BLOCK_N]), mask=first)
 
 
 @triton.jit
@@ -387,8 +380,7 @@ def _layer_norm_forward(x, weight, bias, norm_ndim: int, eps: float, config: Con
     _layer_norm_fwd_kernel[(grid,)](
         xr, w, b, yr, mean, rstd, m, n, eps, xr.stride(0), yr.stride(0),
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, ONE_PASS=cfg.one_pass,
-        BF16_RNE=bf16_rne(x.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, UNIFORM_STATS=FWD_UNIFORM_STATS or not cfg.one_pass,
-        num_warps=cfg.num_warps,
+        BF16_RNE=bf16_rne(x.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
     return y, mean, rstd
 
