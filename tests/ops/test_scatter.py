@@ -396,3 +396,27 @@ def test_index_add_alpha_beyond_float32_raises(device):
     with pytest.raises(ValueError, match="alpha"):
         index_add(x, 0, torch.tensor([0], device=device), torch.ones(1, device=device), alpha=1e300)
 
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_negative_zero_sums_keep_their_sign(deterministic, device):
+    # -0.0 + -0.0 is -0.0 in IEEE arithmetic and in torch; an accumulator started at +0.0 would
+    # return +0.0. (Not covered: the split-segment pieces, summed with tl.sum, whose -0.0 the
+    # interpreter's reduction does not keep.)
+    x = torch.full((3, 8), -0.0, device=device)
+    src = torch.full((9, 8), -0.0, device=device)
+    idx = torch.tensor([0, 0, 0, 0, 0, 0, 0, 0, 2], device=device)
+    got = index_add(x, 0, idx, src, deterministic=deterministic)
+    want = torch.index_add(x.cpu(), 0, idx.cpu(), src.cpu())
+    assert torch.equal(torch.signbit(got.cpu()), torch.signbit(want)) and torch.signbit(want).all()
+
+
+def test_scatter_add_expanded_index_narrower_than_input(device):
+    x = torch.zeros((3, 5, 5), device=device)
+    src = torch.ones((1, 4, 4), device=device)
+    idx = torch.tensor([1], device=device).view(1, 1, 1).expand(1, 4, 4)
+    want = torch.zeros(3, 5, 5)
+    want[1, :4, :4] = 1
+    assert torch.equal(scatter_add(x, 0, idx, src).cpu(), want)
+    from roofkit.ops.scatter.spec import scatter_add_reference
+    assert torch.equal(scatter_add_reference(x.cpu(), 0, idx.cpu(), src.cpu()).float(), want)

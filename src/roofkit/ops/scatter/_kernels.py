@@ -61,6 +61,12 @@ def _scatter_add_atomic_kernel(
 
 
 @triton.jit
+def _negative_zeros(shape: tl.constexpr):
+    """float32 -0.0 of ``shape``, built from its bits (a -0.0 literal or -zeros may fold to +0.0)."""
+    return tl.full(shape, 0x80000000, tl.uint32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _scatter_add_sorted_kernel(
     inp_ptr, out_ptr, src_ptr, perm_ptr, bounds_ptr, extra_ptr, first_ptr, part_ptr, alpha,
     N, L, W, B_INNER, n_db, n_ib, SEG, n_pieces,
@@ -103,12 +109,16 @@ def _scatter_add_sorted_kernel(
     cnt = tl.load(bounds_ptr + q + 1, mask=n_mask[:, None], other=0) - start
     head = tl.minimum(cnt, SEG)
     src_cols = src_ptr + o * stride_so + cols[None, :] * stride_si
-    acc = tl.zeros([BLOCK_D, BLOCK_I], tl.float32)
+    # -0.0 is the additive identity that keeps signs: a sum of -0.0 contributions stays -0.0, so
+    # -0.0 + (-0.0) gives -0.0 as torch's does (+0.0 would turn it into +0.0).
+    neg0 = _negative_zeros([BLOCK_D, BLOCK_I])
+    acc = neg0
     for j in range(0, tl.max(tl.max(head, axis=1), axis=0), UNROLL):
         for u in tl.static_range(UNROLL):
             valid = (j + u) < head
             p = tl.load(perm_ptr + start + (j + u), mask=valid, other=0) - l_base
-            v = tl.load(src_cols + p * stride_sl, mask=valid & tile_mask, other=0.0)
+            # Masked lanes add -0.0 too (adding +0.0 would also turn a -0.0 sum into +0.0).
+            v = tl.load(src_cols + p * stride_sl, mask=valid & tile_mask, other=neg0)
             acc += v.to(tl.float32)  # one destination's contributions in order: deterministic
     if HAS_PIECES:
         n_extra = tl.load(extra_ptr + q, mask=n_mask[:, None], other=0)
@@ -118,7 +128,7 @@ def _scatter_add_sorted_kernel(
         for e in range(0, tl.max(tl.max(n_extra, axis=1), axis=0), UNROLL):
             for u in tl.static_range(UNROLL):
                 valid = (e + u) < n_extra
-                acc += tl.load(part_ptr + (row + e + u) * W + c[None, :], mask=valid & tile_mask, other=0.0)
+                acc += tl.load(part_ptr + (row + e + u) * W + c[None, :], mask=valid & tile_mask, other=neg0)
     x = tl.load(inp_ptr + o * stride_io + n[:, None] * stride_in + cols[None, :] * stride_ii,
                 mask=tile_mask, other=0.0).to(tl.float32)
     if HAS_ALPHA:
@@ -161,12 +171,13 @@ def _scatter_add_piece_kernel(
     if USE_INT64:
         cols = cols.to(tl.int64)
     src_cols = src_ptr + o * stride_so + cols[None, :] * stride_si
-    acc = tl.zeros([BLOCK_I], tl.float32)
+    acc = _negative_zeros([BLOCK_I])  # -0.0: see _scatter_add_sorted_kernel
     for s0 in range(a, e, BLOCK_P):
         k = s0 + tl.arange(0, BLOCK_P)
         k_mask = k < e
         p = tl.load(perm_ptr + k, mask=k_mask, other=0) - l_base
-        v = tl.load(src_cols + p[:, None] * stride_sl, mask=k_mask[:, None] & c_mask[None, :], other=0.0)
+        v = tl.load(src_cols + p[:, None] * stride_sl, mask=k_mask[:, None] & c_mask[None, :],
+                    other=_negative_zeros([BLOCK_P, BLOCK_I]))
         acc += tl.sum(v.to(tl.float32), axis=0)
     row = bg.to(tl.int64) * n_pieces + pc
     tl.store(part_ptr + row * W + c, acc, mask=c_mask)

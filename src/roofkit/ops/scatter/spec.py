@@ -19,8 +19,9 @@ from .api import index_add, scatter_add
 
 
 def scatter_add_reference(input, dim, index, src, *, deterministic=None):
-    """torch.scatter_add in float64."""
-    return torch.scatter_add(input.to(torch.float64), dim, index, src.to(torch.float64))
+    """torch.scatter_add in float64 (index made contiguous: torch's CPU scatter_add mishandles an
+    expanded index narrower than input, found in session 5's hostile review)."""
+    return torch.scatter_add(input.to(torch.float64), dim, index.contiguous(), src.to(torch.float64))
 
 
 def index_add_reference(input, dim, index, source, *, alpha=1, deterministic=None):
