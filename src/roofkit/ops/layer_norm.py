@@ -198,7 +198,9 @@ def _layer_norm_fwd_kernel(
         # some shapes (H200, session 5; cf. triton-lang/triton#7264), and a 1-D store gathers one
         # copy per row through shared memory, where they race: the saved statistics could change
         # from run to run. Stored instead from the tile's own layout, by the one thread that holds
-        # column 0 of the row: no shared memory, the same copy every run.
+        # column 0 of the row: no shared memory, the same copy every run. Open: on some small
+        # shapes racecheck still reports the same kind of hazard where the compiler converts rstd
+        # to another layout for y = xc * rstd (benchmarks/NOTES.md, session 5).
         first = (cols == 0)[None, :] & row_mask[:, None]
         stat = rows64[:, None] + cols[None, :]  # column 0 only: the row's own slot
         tl.store(mean_ptr + stat, tl.broadcast_to(mean[:, None], [BLOCK_M, BLOCK_N]), mask=first)
