@@ -112,7 +112,8 @@ def masked_select_cost(case, dtype: torch.dtype) -> Cost:
 #         "two_pass_bytes": the same, the write pass re-reading the mask bytes instead of the bits.
 VARIANT = "two_pass"
 # masked_select's read of the output size: "item" (a device-to-host copy, then the sync) or
-# "pinned" (the kernel stores the count into page-locked host memory; one stream sync; CUDA only).
+# "pinned" (the kernel stores the count into page-locked host memory; the host waits for the count
+# pass only with the two-pass variants, for the whole stream with the others; CUDA only).
 SYNC = "pinned"
 SHRINK_BELOW = 0.25  # masked_select copies its result out when fewer than this share is kept
 
@@ -492,10 +493,12 @@ def _arrivals(device: torch.device) -> torch.Tensor:
     return buf
 
 
-def _two_pass(src: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, n: int, count, expand: bool) -> None:
+def _two_pass(src: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, n: int, count, expand: bool,
+              counted=None) -> None:
     """VARIANT "two_pass" / "two_pass_bytes": the count pass (per-tile counts scanned in-kernel,
     the total into ``count``: a device tensor, page-locked host memory, or None), then the write
-    pass (compaction, or with ``expand`` the backward's scatter back)."""
+    pass (compaction, or with ``expand`` the backward's scatter back). ``counted``: a CUDA event
+    recorded between the two passes (the total is final when it completes)."""
     if TP_BLOCK % TP_CHUNK or TP_CHUNK % 32:
         raise ValueError(f"roofkit.compact: TP_BLOCK ({TP_BLOCK}) must be a multiple of TP_CHUNK ({TP_CHUNK}), "
                          "itself a multiple of 32")
@@ -513,6 +516,8 @@ def _two_pass(src: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, n: int, 
         WRITE_BITS=from_bits, NATIVE_POPC=native, USE_INT64=use_int64, BLOCK=TP_BLOCK, SCAN_BLOCK=TP_SCAN_BLOCK,
         PDL=pdl, num_warps=TP_COUNT_WARPS,
     )
+    if counted is not None:
+        counted.record(torch.cuda.current_stream(mask.device))
     _compact_rows_kernel[(tiles,)](
         _bits(src), m8, bits, _bits(out), prefix, n,
         EXPAND=expand, FROM_BITS=from_bits, NATIVE_POPC=native, USE_INT64=use_int64, BLOCK=TP_BLOCK, CHUNK=TP_CHUNK,
@@ -543,9 +548,10 @@ def _check_variant() -> None:
         raise ValueError(f"roofkit.compact: unknown VARIANT {VARIANT!r} (expected one of {', '.join(VARIANTS)})")
 
 
-def _compact_forward(x: torch.Tensor, mask: torch.Tensor,
-                     count: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values, count); the count goes into ``count`` when given (masked_select's host buffer)."""
+def _compact_forward(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor | None = None,
+                     counted=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, count); the count goes into ``count`` when given (masked_select's host buffer);
+    ``counted`` (two-pass variants): an event recorded once the count is final."""
     _check_variant()
     n = x.numel()
     values = torch.empty((n,), dtype=x.dtype, device=x.device)
@@ -559,7 +565,7 @@ def _compact_forward(x: torch.Tensor, mask: torch.Tensor,
     elif VARIANT == "lookback_rows":
         _lookback_rows(x, mask, values, n, count, expand=False)
     else:
-        _two_pass(x, mask, values, n, count, expand=False)
+        _two_pass(x, mask, values, n, count, expand=False, counted=counted)
     return values, count
 
 
@@ -571,10 +577,16 @@ def _masked_select_forward(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"roofkit.masked_select: unknown SYNC {SYNC!r} (expected item or pinned)")
     if SYNC == "pinned" and x.is_cuda:
         # The kernel stores the count straight into page-locked host memory (mapped into the
-        # device's address space): one stream synchronization, no copy to wait for.
+        # device's address space). With the two-pass variants the host waits only for the count
+        # pass, while the device runs the write pass: the result (a view, or the copy below) is
+        # ordered after it on the stream, and the host round trip costs no device time.
         host = torch.empty((), dtype=torch.int64, pin_memory=True)
-        values, _ = _compact_forward(x, mask, host)
-        torch.cuda.current_stream(x.device).synchronize()
+        counted = torch.cuda.Event() if VARIANT in ("two_pass", "two_pass_bytes") else None
+        values, _ = _compact_forward(x, mask, host, counted)
+        if counted is not None:
+            counted.synchronize()
+        else:
+            torch.cuda.current_stream(x.device).synchronize()
         total = int(host)
     else:
         values, count = _compact_forward(x, mask)
@@ -695,8 +707,9 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Numerics:
         Exact: values are moved as raw bits (NaN payloads, -0.0 and infinities survive);
         deterministic (atomics only hand out tiles and publish counts; no position depends on their
-        order). One host synchronization (the output's size), as in torch; :func:`compact` has
-        none. The result is a view of the first ``count`` elements of a buffer of the broadcast
+        order). One host synchronization (the output's size), as in torch, on CUDA for the count
+        pass only: the host reads the size while the device writes the values (the result is
+        ordered after them on the current stream); :func:`compact` has none. The result is a view of the first ``count`` elements of a buffer of the broadcast
         size when at least a quarter is kept (no second pass); below that it is copied out.
         Backward: grad_input = grad scattered back to the kept positions, zero elsewhere (summed
         over broadcast dimensions by autograd).
