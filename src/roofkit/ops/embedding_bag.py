@@ -554,9 +554,11 @@ def _embedding_bag_psw_grad_kernel(
         acc += tl.sum(w * g, axis=1)
     # Stored from the tile's layout by the one thread holding column 0 of each position: a 1-D
     # store would gather the threads' copies of the sum through shared memory, where copies
-    # that differ in the last bit race (compute-sanitizer racecheck, H200, session 5). Open: with
-    # this store racecheck still reports the hazard on some small cases, where the compiler picks
-    # a different layout for the store than for the sum (benchmarks/NOTES.md, session 5).
+    # that differ in the last bit race (compute-sanitizer racecheck, H200, session 5; with this
+    # store alone racecheck still reported it on some small cases, hence the max below).
+    # The copies are made identical first (an exact max over them): where the compiler still moves
+    # acc to another layout for the store, identical copies cannot race.
+    acc = tl.max(tl.broadcast_to(acc[:, None], [BLOCK_K, BLOCK_D]), axis=1)
     first = (tl.arange(0, BLOCK_D) == 0)[None, :] & valid[:, None]
     dst = gpsw_ptr + pos[:, None] + tl.arange(0, BLOCK_D)[None, :]  # column 0 only: the position's own slot
     tl.store(dst, _round_for_store(tl.broadcast_to(acc[:, None], [BLOCK_K, BLOCK_D]), gpsw_ptr, BF16_RNE), mask=first)

@@ -149,8 +149,16 @@ def _layer_norm_fwd_kernel(
             pivot = tl.load(x_ptr + rows64 * stride_xm, mask=row_mask, other=0.0).to(tl.float32)
             xs = tl.where(mask, x - pivot[:, None], 0.0)
             mean_s = tl.sum(xs, axis=1) / N
+            if BLOCK_N <= 64:
+                # Short rows, 16-bit: the compiler moves the row statistics to the load layout
+                # through shared memory (H200 racecheck: odd_3x7 / 4x5 bf16 and fp16), where copies
+                # of a sum that differ in the last bit race. An exact max over the copies makes
+                # them identical first (cheap at these widths).
+                mean_s = tl.max(tl.broadcast_to(mean_s[:, None], [BLOCK_M, BLOCK_N]), axis=1)
             xc = tl.where(mask, xs - mean_s[:, None], 0.0)
             rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
+            if BLOCK_N <= 64:
+                rstd = tl.max(tl.broadcast_to(rstd[:, None], [BLOCK_M, BLOCK_N]), axis=1)
             mean = pivot + mean_s
             y = xc * rstd[:, None]
             # weight and bias are loaded late (from L1/L2): fewer live registers, more programs
@@ -198,9 +206,7 @@ def _layer_norm_fwd_kernel(
         # some shapes (H200, session 5; cf. triton-lang/triton#7264), and a 1-D store gathers one
         # copy per row through shared memory, where they race: the saved statistics could change
         # from run to run. Stored instead from the tile's own layout, by the one thread that holds
-        # column 0 of the row: no shared memory, the same copy every run. Open: on some small
-        # shapes racecheck still reports the same kind of hazard where the compiler converts rstd
-        # to another layout for y = xc * rstd (benchmarks/NOTES.md, session 5).
+        # column 0 of the row: no shared memory, the same copy every run.
         first = (cols == 0)[None, :] & row_mask[:, None]
         stat = rows64[:, None] + cols[None, :]  # column 0 only: the row's own slot
         tl.store(mean_ptr + stat, tl.broadcast_to(mean[:, None], [BLOCK_M, BLOCK_N]), mask=first)
