@@ -13,9 +13,13 @@ row (``ROW_INDEX``), else once per element.
 
 - Atomic path (default): the output starts as a copy of input; one program per tile of
   BLOCK_L index rows x BLOCK_I columns of one outer slice loads its indices and source tile and
-  adds them with relaxed atomics (lowered to ``red``, vectorized along contiguous rows on sm90).
-  Indices outside [0, N) are skipped and counted in a device flag; the host raises IndexError
-  after the launch (one synchronization per call).
+  adds them with relaxed atomics (lowered to scalar ``red``; session 5 measured four-wide vector
+  reductions: no gain).
+  Indices outside [0, N) are skipped and counted in a device flag. Row-index calls at least
+  ``PRECHECK_MIN_WIDTH`` wide count them first in ``_index_range_kernel`` (count copied to pinned
+  host memory; the host waits on an event while the device copies input into the output, then
+  enqueues the adds or raises IndexError); the others raise after the launch. One
+  synchronization per call either way. 16-bit destinations with L >= N add into a float32 copy.
 - Deterministic path (``deterministic=True``): a stable sort of the destination keys
   (torch.sort), segment bounds per destination (torch.searchsorted), then one program per tile of
   BLOCK_D destination rows x BLOCK_I columns sums each destination's contributions in sorted

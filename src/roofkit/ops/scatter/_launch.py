@@ -52,7 +52,7 @@ class Config(NamedTuple):
 
 
 def _atomic_config(width: int) -> Config:
-    """Tiles of ATOMIC_TILE elements; a row's columns stay contiguous (vectorized atomics) up to
+    """Tiles of ATOMIC_TILE elements; a row's columns stay contiguous (coalesced atomics) up to
     ATOMIC_MAX_BLOCK_I wide; W = 1 (1-D index_add) gives a column of 4096 index rows."""
     block_i = min(next_pow2(width), ATOMIC_MAX_BLOCK_I)
     return Config(max(1, ATOMIC_TILE // block_i), block_i, ATOMIC_WARPS)

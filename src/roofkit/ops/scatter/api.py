@@ -112,10 +112,13 @@ def scatter_add(
         ValueError: ranks or sizes that break the rules above; tensors on different or
             unsupported devices.
         IndexError: ``dim`` out of range; index values outside [0, input.size(dim)) (checked on
-            the device: one host synchronization per call).
+            the device, one host synchronization per call: for rows at least 8 wide a separate
+            check before any add, the wait hidden behind the copy of input; else at the end).
     Numerics:
         Atomic path: each contribution is added atomically in input's dtype (as torch does), in
-        an unspecified order (not bitwise reproducible). Deterministic path: each destination's
+        an unspecified order (not bitwise reproducible); float16 / bfloat16 destinations with at
+        least as many contributions as destinations (L >= N along ``dim``) accumulate in a
+        float32 copy instead, rounded once. Deterministic path: each destination's
         contributions are summed in float32 in index order (a destination with more than
         ``SPLIT_MIN`` of them: in fixed pieces, combined in order) and added to input with one
         rounding (more accurate than torch for float16/bfloat16); bitwise reproducible.
@@ -178,7 +181,8 @@ def index_add(
         ValueError: index not 1-D, source of the wrong shape, tensors on different or
             unsupported devices.
         IndexError: ``dim`` out of range; index values outside [0, input.size(dim)) (checked on
-            the device: one host synchronization per call).
+            the device, one host synchronization per call: for rows at least 8 wide a separate
+            check before any add, the wait hidden behind the copy of input; else at the end).
     Numerics:
         As :func:`scatter_add`; alpha multiplies each source element (atomic path) or each
         destination's float32 sum (deterministic path). Backward: grad_input = grad,
