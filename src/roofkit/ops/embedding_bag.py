@@ -197,7 +197,9 @@ def _embedding_bag_fwd_kernel(
         # The last bag runs to the end of the input; with include_last_offset the extra entry
         # must say so (torch's documented precondition).
         end = tl.load(off_ptr + bag + 1, mask=bag + 1 < B, other=N).to(tl.int64)
-        last = tl.load(off_ptr + bag + 1, mask=(bag + 1 == B) & (n_off > B), other=N).to(tl.int64)
+        # (bag * 0 + n_off: a tensor, not a comparison of two scalar arguments, which Triton 3.9's
+        # interpreter rejects as a mask)
+        last = tl.load(off_ptr + bag + 1, mask=(bag + 1 == B) & (bag * 0 + n_off > B), other=N).to(tl.int64)
         bad_off = (start < 0) | (start > end) | (end > N) | ((bag == 0) & (start != 0)) | (last != N)
         tl.store(err_ptr + 1, 1, mask=bad_off)
         start = tl.minimum(tl.maximum(start, 0), N)
@@ -306,7 +308,7 @@ def _embedding_bag_steps_fwd_kernel(
             inb = bb < b_hi
             st = tl.load(off_ptr + bb, mask=inb, other=0)
             en = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 < B), other=N)
-            last = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 == B) & (n_off > B), other=N)
+            last = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 == B) & (bb * 0 + n_off > B), other=N)
             bad_off = inb & ((st < 0) | (st > en) | (en > N) | ((bb == 0) & (st != 0)) | (last != N))
             tl.store(err_ptr + 1, 1, mask=tl.max(bad_off.to(tl.int32), axis=0) > 0)
         cs = _ix(tl.minimum(tl.maximum(tl.load(off_ptr + b_lo), 0), N), USE_INT64)
@@ -495,7 +497,7 @@ def _embedding_bag_bwd_fixup_kernel(
     row_mask = (col_mask & owner) != 0  # boolean in every Triton version (see the bwd kernel)
     acc = tl.load(tail_ptr + (b - 1) * D + cols, mask=row_mask, other=0.0)
     qs = b + tl.arange(0, BLOCK_P)
-    in_p = (qs < P) & owner
+    in_p = ((qs < P) & owner) != 0  # boolean in every Triton version (see the bwd kernel)
     hk = tl.load(key_ptr + qs * E, mask=in_p, other=-1)
     h = tl.load(head_ptr + qs[:, None] * D + cols[None, :], mask=in_p[:, None] & col_mask[None, :], other=0.0)
     more = owner
