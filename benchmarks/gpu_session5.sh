@@ -25,7 +25,7 @@ for step in "$@"; do
     embbag) timeout 240 python3 benchmarks/sweep_embedding_bag.py --json "$R/sweep-embedding-bag.json" > "$R/sweep-embedding-bag.txt" 2>&1; tail -40 "$R/sweep-embedding-bag.txt" ;;
     qmm) timeout 200 python3 benchmarks/sweep_scaled_mm.py --json "$R/sweep-scaled-mm.json" > "$R/sweep-scaled-mm.txt" 2>&1; tail -14 "$R/sweep-scaled-mm.txt" ;;
     lnrace) timeout 150 python3 benchmarks/probe_ln_race.py > "$R/probe-ln-race.txt" 2>&1; cat "$R/probe-ln-race.txt" | tail -20
-        timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard python3 benchmarks/probe_ln_race.py --reps 1 --no-time --max-numel 400000 > "$R/probe-ln-racecheck.txt" 2>&1; grep -E "Value|hazard|SUMMARY|uniform" "$R/probe-ln-racecheck.txt" | sort | uniq -c | sort -rn | head -20 ;;
+        timeout 200 compute-sanitizer --tool racecheck --racecheck-report hazard python3 benchmarks/probe_ln_race.py --reps 1 --no-time --max-numel 400000 > "$R/probe-ln-racecheck.txt" 2>&1; grep -E "Value|hazard|SUMMARY|calls with" "$R/probe-ln-racecheck.txt" | sort | uniq -c | sort -rn | head -20 ;;
     sanitize) for tool in memcheck racecheck; do
         timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_registry.py ${SANITIZE_OPS:-layer_norm cross_entropy sum mean amax transpose embedding_bag scatter_add index_add} > "$R/sanitizer-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -3 "$R/sanitizer-$tool.txt"; done ;;
     bench5) IFS=, read -ra benches <<< "${BENCH5:-index_add scatter_add:acceptance,layer_norm:acceptance,masked_select:acceptance,embedding_bag:dlrm}"

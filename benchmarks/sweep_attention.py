@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from roofkit.harness.device import environment
 from roofkit.harness.timing import time_providers
 
 L = importlib.import_module("roofkit.ops.attention._launch")
@@ -81,8 +82,7 @@ def main():
         times = time_providers(good, warmup_ms=20.0, rep_ms=150.0)
         for label, t in times.items():
             log.append({"case": name, "config": label, "ms": t.median_ms, "tflops": flops / t.median_ms / 1e9})
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "triton": importlib.import_module("triton").__version__, "date": time.strftime("%Y-%m-%d")}
+    env = environment()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"environment": env, "rows": log}, f, indent=1)

@@ -25,6 +25,7 @@ import time
 import torch
 
 from roofkit.harness.spec import case
+from roofkit.harness.device import environment
 from roofkit.harness.timing import time_providers
 
 C = importlib.import_module("roofkit.ops.compact")
@@ -130,9 +131,7 @@ def main():
                          "gbps": nbytes / t.median_ms / 1e6, "wall_us": t.wall_us, "method": t.method})
         _apply({})
         print(f"keep {keep:.0%} done ({time.time() - t_start:.0f} s)", flush=True)
-    env = {"gpu": torch.cuda.get_device_name() if dev == "cuda" else "none (checks only)", "torch": torch.__version__,
-           "triton": importlib.import_module("triton").__version__, "date": time.strftime("%Y-%m-%d %H:%M"),
-           "n": n, "dtype": "float32", "configs": {label: sw for label, sw in configs}}
+    env = {**environment(), "n": n, "dtype": "float32", "configs": {label: sw for label, sw in configs}}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"environment": env, "rows": rows}, f, indent=1)

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from roofkit.harness.bench import BENCH_SEED
 from roofkit.harness.inputs import make_generator
+from roofkit.harness.device import environment
 from roofkit.harness.timing import time_providers
 
 EB = importlib.import_module("roofkit.ops.embedding_bag")
@@ -213,9 +214,7 @@ def main():
         forward(name, dev, args.rep_ms, log)
     for name in ("sum_uniform_bwd", "sum_powerlaw_bwd"):
         backward(name, dev, args.rep_ms, log)
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "triton": importlib.import_module("triton").__version__, "date": time.strftime("%Y-%m-%d"),
-           "seconds": round(time.time() - t0, 1)}
+    env = {**environment(), "seconds": round(time.time() - t0, 1)}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"environment": env, "rows": log}, f, indent=1)

@@ -14,12 +14,11 @@ import argparse
 import importlib
 import itertools
 import json
-import time
 
 import torch
 import torch.nn.functional as F
-import triton
 
+from roofkit.harness.device import environment
 from roofkit.harness.timing import time_providers
 
 LN = importlib.import_module("roofkit.ops.layer_norm")
@@ -67,8 +66,7 @@ def main():
             log.append({"config": label, "status": f"{type(exc).__name__}: {str(exc)[:160]}"})
     for label, t in time_providers(good, warmup_ms=10.0, rep_ms=60.0).items():
         log.append({"config": label, "ms": t.median_ms, "gbps": nbytes / t.median_ms / 1e6})
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "default": str(LN._bwd_config(n))}
+    meta = {**environment(), "default": str(LN._bwd_config(n))}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": log}, f, indent=1)

@@ -19,6 +19,7 @@ import torch
 os.environ["ROOFKIT_AUTOTUNE"] = "0"
 mm = importlib.import_module("roofkit.ops.matmul")
 G = importlib.import_module("roofkit.ops._gemm")
+from roofkit.harness.device import environment  # noqa: E402
 from roofkit.ops._autotune import _time_ms, rel_l2  # noqa: E402
 
 Config = G.Config
@@ -130,8 +131,7 @@ def main():
         if only and name not in only:
             continue
         run_case(name, m, n, k, bf16, cfgs[:4] if args.quick else cfgs, act, bias, log)
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": importlib.import_module("triton").__version__,
-           "date": time.strftime("%Y-%m-%d")}
+    env = environment()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"environment": env, "rows": log}, f, indent=1)

@@ -13,11 +13,10 @@ L2, interleaved).
 import argparse
 import importlib
 import json
-import time
 
 import torch
-import triton
 
+from roofkit.harness.device import environment
 from roofkit.harness.timing import time_providers
 
 Q = importlib.import_module("roofkit.ops.quant.gemm")
@@ -77,8 +76,7 @@ def main():
         if t is not None:
             r["ms"] = t.median_ms
             r["tflops"] = flops / t.median_ms / 1e9
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    meta = environment()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": log}, f, indent=1)

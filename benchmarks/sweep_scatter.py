@@ -16,11 +16,11 @@ import argparse
 import importlib
 import itertools
 import json
-import time
 
 import torch
 import triton
 
+from roofkit.harness.device import environment
 from roofkit.harness.timing import time_providers
 
 S = importlib.import_module("roofkit.ops.scatter._launch")
@@ -96,8 +96,7 @@ def main():
         for label, t in time_providers(good, warmup_ms=10.0, rep_ms=80.0).items():
             log.append({"shape": name, "config": label, "ms": t.median_ms, "gbps": nbytes / t.median_ms / 1e6})
     S.PRECHECK_MIN_WIDTH, S.ATOMIC_TILE, S.ATOMIC_WARPS = 8, 4096, 8
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    meta = environment()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": log}, f, indent=1)
