@@ -111,7 +111,19 @@ def main():
     flat = [Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True, flatten=True),
             Config(128, 256, 64, 8, 8, 4, kind="tma", persistent=True, flatten=True),
             Config(128, 128, 64, 8, 8, 4, kind="tma", persistent=True, flatten=True)]
+    # Session 6: can a second CTA per SM hide the GELU epilogue behind the other CTA's main loop?
+    # (one warpgroup of 4 warps per 128x128 tile, two resident CTAs; warp specialization)
+    overlap = [Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True),
+               Config(128, 128, 64, 8, 4, 3, kind="tma", persistent=True, ctas_per_sm=2),
+               Config(128, 128, 64, 8, 4, 4, kind="tma", persistent=True, ctas_per_sm=2),
+               Config(128, 128, 64, 8, 4, 3, kind="tma", persistent=True, ctas_per_sm=2, epilogue_split=2),
+               Config(128, 128, 64, 8, 8, 3, kind="tma", persistent=True, ctas_per_sm=2),
+               Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True, warp_specialize=True),
+               Config(128, 128, 64, 8, 4, 3, kind="tma", ctas_per_sm=2),
+               Config(128, 256, 64, 8, 8, 4, kind="ptr")]
     cases = [
+        ("overlap ffn_up+bias+gelu", 8192, 14336, 4096, overlap, 2, True),
+        ("overlap ffn_up", 8192, 14336, 4096, overlap, 0, False),
         ("8192^3", 8192, 8192, 8192, big, 0, False),
         ("4095^3", 4095, 4095, 4095, [big[i] for i in (0, 1, 12, 13, 6, 9, 2)], 0, False),
         ("gemv 1x4096x4096", 1, 4096, 4096, small_configs(1, 4096, 4096), 0, False),
