@@ -6,6 +6,9 @@
 # msprobe:   where masked_select's time goes at 0 / 5 / 50 % kept (probe_masked_select.py)
 # mmbench:   roofkit bench matmul, acceptance and llama3-8b suites, every provider (torch,
 #            torch.compile max-autotune-no-cudagraphs, and the unfused torch sequence)
+# msbench:   roofkit bench masked_select --suite acceptance three ways: every provider (SYNC
+#            "pinned", the default), every provider with SYNC "spin", roofkit and torch only
+# overlap:   sweep_matmul.py's overlap pair (plain / bias+GELU over two-CTA and warp-specialized configurations)
 # tests:     GPU tests (TEST_MARK, default "gpu and not slow"; TEST_FILES, default all)
 # Outputs accumulate under $OUT/run, tarred into $OUT/run.tar.gz after every step.
 set -uo pipefail
@@ -23,6 +26,12 @@ for step in "$@"; do
     mmbench) for suite in acceptance llama3-8b; do
         timeout ${MM_TIMEOUT:-280} python3 -m roofkit.cli bench matmul --suite $suite --out "$R/bench-$suite-matmul" > "$R/bench-$suite-matmul.txt" 2>&1; echo "rc=$?"
         grep -E "│" "$R/bench-$suite-matmul.txt" | cut -c1-220 | tail -30; done ;;
+    msbench) for v in pinned spin pinned-2; do
+        prov=""; [ $v = pinned-2 ] && prov="--providers roofkit torch"
+        timeout 120 python3 -c "import sys, roofkit.ops.compact as C; C.SYNC = '${v%-2}'; from roofkit.cli import main; sys.exit(main(sys.argv[1:]))" \
+          bench masked_select --suite acceptance $prov --out "$R/bench-acceptance-masked_select-$v" > "$R/bench-acceptance-masked_select-$v.txt" 2>&1
+        echo "SYNC $v rc=$?"; grep -E "│ masked_select.*roofkit|│ masked_select.*torch  " "$R/bench-acceptance-masked_select-$v.txt" | cut -c1-150; done ;;
+    overlap) timeout 200 python3 benchmarks/sweep_matmul.py --only "overlap ffn_up+bias+gelu,overlap ffn_up" --json "$R/sweep-overlap.json" > "$R/sweep-overlap.txt" 2>&1; grep -vE "^\s*$" "$R/sweep-overlap.txt" | cut -c1-230 | tail -24 ;;
     tests) ROOFKIT_AUTOTUNE=0 timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m "${TEST_MARK:-gpu and not slow}" -p no:cacheprovider --durations=10 ${TEST_FILES:-} > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
     *) echo "unknown step $step" ;;
   esac
