@@ -6,8 +6,8 @@
 # msprobe:   where masked_select's time goes at 0 / 5 / 50 % kept (probe_masked_select.py)
 # mmbench:   roofkit bench matmul, acceptance and llama3-8b suites, every provider (torch,
 #            torch.compile max-autotune-no-cudagraphs, and the unfused torch sequence)
-# msbench:   roofkit bench masked_select --suite acceptance three ways: every provider (SYNC
-#            "pinned", the default), every provider with SYNC "spin", roofkit and torch only
+# msbench:   roofkit bench masked_select --suite acceptance two ways: every provider, and roofkit
+#            and torch only (run 3 also tried SYNC "spin", a host polling the count's event: slower, removed)
 # overlap:   sweep_matmul.py's overlap pair (plain / bias+GELU over two-CTA and warp-specialized configurations)
 # tests:     GPU tests (TEST_MARK, default "gpu and not slow"; TEST_FILES, default all)
 # Outputs accumulate under $OUT/run, tarred into $OUT/run.tar.gz after every step.
@@ -26,7 +26,7 @@ for step in "$@"; do
     mmbench) for suite in acceptance llama3-8b; do
         timeout ${MM_TIMEOUT:-280} python3 -m roofkit.cli bench matmul --suite $suite --out "$R/bench-$suite-matmul" > "$R/bench-$suite-matmul.txt" 2>&1; echo "rc=$?"
         grep -E "│" "$R/bench-$suite-matmul.txt" | cut -c1-220 | tail -30; done ;;
-    msbench) for v in pinned spin pinned-2; do
+    msbench) for v in pinned pinned-2; do
         prov=""; [ $v = pinned-2 ] && prov="--providers roofkit torch"
         timeout 120 python3 -c "import sys, roofkit.ops.compact as C; C.SYNC = '${v%-2}'; from roofkit.cli import main; sys.exit(main(sys.argv[1:]))" \
           bench masked_select --suite acceptance $prov --out "$R/bench-acceptance-masked_select-$v" > "$R/bench-acceptance-masked_select-$v.txt" 2>&1

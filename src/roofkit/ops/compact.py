@@ -113,9 +113,7 @@ def masked_select_cost(case, dtype: torch.dtype) -> Cost:
 VARIANT = "two_pass"
 # masked_select's read of the output size: "item" (a device-to-host copy, then the sync) or
 # "pinned" (the kernel stores the count into page-locked host memory; the host waits for the count
-# pass only with the two-pass variants, for the whole stream with the others; CUDA only), or
-# "spin": as "pinned", the host polling the count pass's event (holding the GIL) instead of
-# blocking in cudaEventSynchronize (session 6 experiment: is the host's wake-up the spread?).
+# pass only with the two-pass variants, for the whole stream with the others; CUDA only).
 SYNC = "pinned"
 SHRINK_BELOW = 0.25  # masked_select copies its result out when fewer than this share is kept
 
@@ -575,9 +573,9 @@ def _masked_select_forward(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     n = x.numel()
     if n == 0:
         return torch.empty((0,), dtype=x.dtype, device=x.device)
-    if SYNC not in ("item", "pinned", "spin"):
-        raise ValueError(f"roofkit.masked_select: unknown SYNC {SYNC!r} (expected item, pinned or spin)")
-    if SYNC in ("pinned", "spin") and x.is_cuda:
+    if SYNC not in ("item", "pinned"):
+        raise ValueError(f"roofkit.masked_select: unknown SYNC {SYNC!r} (expected item or pinned)")
+    if SYNC == "pinned" and x.is_cuda:
         # The kernel stores the count straight into page-locked host memory (mapped into the
         # device's address space). With the two-pass variants the host waits only for the count
         # pass, while the device runs the write pass: the result (a view, or the copy below) is
@@ -586,9 +584,6 @@ def _masked_select_forward(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         counted = torch.cuda.Event() if VARIANT in ("two_pass", "two_pass_bytes") else None
         values, _ = _compact_forward(x, mask, host, counted)
         if counted is not None:
-            if SYNC == "spin":
-                while not counted.query():
-                    pass
             counted.synchronize()
         else:
             torch.cuda.current_stream(x.device).synchronize()
