@@ -276,6 +276,27 @@ def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, device):
         embedding_bag(inp, w, off, mode="sum", include_last_offset=ilo)
 
 
+@pytest.mark.parametrize("where", ["index", "offset"])
+def test_embedding_bag_bad_input_past_the_first_check_program_raises(where, monkeypatch, device):
+    # The input check runs CHECK_BLOCK indices / bags per program: a bad value in the third
+    # program's block (and a valid call of the same size) shows every program is checked.
+    monkeypatch.setattr(eb, "CHECK_BLOCK", 64)
+    w = _weight(10, 4, device)
+    g = torch.Generator().manual_seed(3)
+    inp = torch.randint(0, 10, (400,), generator=g)
+    off = torch.arange(0, 400, 2)  # 200 bags of 2
+    torch.testing.assert_close(embedding_bag(inp.to(device), w, off.to(device), mode="sum"),
+                               F.embedding_bag(inp.to(device), w, off.to(device), mode="sum"))
+    if where == "index":
+        inp[150] = 10
+        with pytest.raises(IndexError, match="input holds index 10 outside"):
+            embedding_bag(inp.to(device), w, off.to(device), mode="sum")
+    else:
+        off[150] = off[149] - 1  # a decrease in bag 150's offsets
+        with pytest.raises(ValueError, match=r"offsets must start at 0"):
+            embedding_bag(inp.to(device), w, off.to(device), mode="mean")
+
+
 def _t(*shape, dtype=torch.float32):
     return torch.ones(*shape, dtype=dtype)
 

@@ -8,9 +8,11 @@ than a step takes several; an empty bag is one step without indices); the indice
 step are loaded before the current step's [BLOCK_L, BLOCK_D] rows are gathered, so each program
 keeps a whole step of row gathers in flight with its next indices. DLRM's 512-byte fp32 rows run
 on one warp per program (the reduction over a step stays in registers, up to 32 programs per SM).
-Max mode: one program per bag (walking it BLOCK_L indices per step). Every index is checked
-against the table and every offset against the input (masked loads, so nothing outside the table
-is read) and a flag is raised that the host reads once after the launch.
+Max mode: one program per bag (walking it BLOCK_L indices per step). The gather kernels mask
+every index outside the table and clamp every offset to the input, so nothing outside either is
+ever read. The errors are found by a check kernel launched first (every index against the table,
+every offset against the input; CHECK_BLOCK of each per program), whose two flags are copied to
+pinned host memory: the host waits for that copy while the device runs the gather, and raises.
 Backward (dense): the indices are sorted with their positions (torch.sort, stable, 32-bit keys
 where the table allows) and the bag of each sorted entry is gathered once (so the kernel's entry
 loads are contiguous); the sorted array is cut into fixed spans of E entries, one program per
@@ -111,6 +113,7 @@ BWD_MAX_CHUNKS = 32  # BLOCK_K-entry chunks per backward span (E = chunks * BLOC
 BWD_WAVES = 2
 FIXUP_BLOCK_P = 64  # partials summed per step by the fix-up kernel
 ZERO_TILE = 8192  # elements of the zero-fill tile
+CHECK_BLOCK = 4096  # indices and bags' offsets per program of the forward's input check
 MAX_PROGRAMS_PER_SM = 32  # resident-block limit of NVIDIA SMs since Volta (a bound, not a target)
 
 
@@ -280,6 +283,29 @@ def _bag_end(off_ptr, b, B, N, L, mask, HAS_OFFSETS: tl.constexpr, USE_INT64: tl
     else:
         e = (b + 1) * L
     return _ix(e, USE_INT64)
+
+
+@triton.jit
+def _embedding_bag_check_kernel(idx_ptr, off_ptr, err_ptr, N, V, B, n_off,
+                                HAS_OFFSETS: tl.constexpr, USE_INT64: tl.constexpr, BLOCK: tl.constexpr):
+    """The forward's input check, before the gather: err[0] = 1 if one of indices
+    [pid * BLOCK, pid * BLOCK + BLOCK) is outside [0, V); err[1] = 1 if one of bags
+    [pid * BLOCK, ...)'s offsets is bad (a first offset other than 0, a decrease, an offset past N,
+    with include_last_offset (n_off > B) a last offset other than N), the conditions the gather
+    kernels assume. Racing programs only ever store 1. Tile [BLOCK]."""
+    pos = _ix(tl.program_id(0), USE_INT64) * BLOCK + tl.arange(0, BLOCK)
+    inb = pos < N
+    d = tl.load(idx_ptr + pos, mask=inb, other=0)
+    bad_idx = inb & ((d < 0) | (d >= V))
+    tl.store(err_ptr, 1, mask=tl.max(bad_idx.to(tl.int32), axis=0) > 0)
+    if HAS_OFFSETS:
+        bb = pos
+        inb = bb < B
+        st = tl.load(off_ptr + bb, mask=inb, other=0)
+        en = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 < B), other=N)
+        last = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 == B) & (bb * 0 + n_off > B), other=N)
+        bad_off = inb & ((st < 0) | (st > en) | (en > N) | ((bb == 0) & (st != 0)) | (last != N))
+        tl.store(err_ptr + 1, 1, mask=tl.max(bad_off.to(tl.int32), axis=0) > 0)
 
 
 @triton.jit
@@ -619,8 +645,13 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
             if int(lo) < 0 or int(hi) >= v:
                 _raise_bad_input((1, 0), indices, offsets, v)
         return out, count, argmax, bags
-    err = torch.zeros(2, dtype=torch.int32, device=dev)
     has_off = offsets is not None
+    checked = None
+    if not _capturing(dev):
+        checked = _launch_input_check(indices, offsets, num_bags, v)
+    # The gather kernels' own flags (they mask what they would flag) are read by no one: under
+    # CUDA-graph capture the host cannot wait, elsewhere the check kernel above decides.
+    err = torch.zeros(2, dtype=torch.int32, device=dev)
     args = (indices, offsets if has_off else indices, weight, psw if psw is not None else weight, out, count)
     if mode != MODE_MAX and FWD_KERNEL == "steps":
         cfg = config or _fwd_config(n / num_bags, d, weight.element_size(), num_bags, dev)
@@ -642,11 +673,36 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
             WRITE_ARGMAX=argmax.numel() > 0, WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype),
             BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
         )
-    if not _capturing(dev):
-        flags = err.tolist()  # the one host synchronization of the forward
+    if checked is not None:
+        host, ready = checked
+        if ready is not None:
+            ready.synchronize()  # the one host synchronization of the forward, during the gather
+        flags = host.tolist()
         if any(flags):
             _raise_bad_input(flags, indices, offsets, v)
     return out, count, argmax, bags
+
+
+def _launch_input_check(indices, offsets, num_bags: int, num_embeddings: int):
+    """Enqueues the forward's input check and, on a GPU, the copy of its two flags to pinned host
+    memory. Returns (flags on the host, event recorded after that copy, or None on the CPU, where
+    the flags are already there)."""
+    n = indices.numel()
+    has_off = offsets is not None
+    err = torch.zeros(2, dtype=torch.int32, device=indices.device)
+    work = max(n, num_bags if has_off else 0)
+    _embedding_bag_check_kernel[(triton.cdiv(work, CHECK_BLOCK),)](
+        indices, offsets if has_off else indices, err, n, num_embeddings, num_bags,
+        offsets.numel() if has_off else 0,
+        HAS_OFFSETS=has_off, USE_INT64=needs_int64(work + CHECK_BLOCK + 1), BLOCK=CHECK_BLOCK, num_warps=4,
+    )
+    if err.device.type != "cuda":
+        return err, None
+    host = torch.empty((2,), dtype=torch.int32, pin_memory=True)
+    host.copy_(err, non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record(torch.cuda.current_stream(err.device))
+    return host, ready
 
 
 def _sorted_entries(indices: torch.Tensor, num_embeddings: int):
@@ -915,10 +971,10 @@ def embedding_bag(
         each gradient row summed in float32 in a fixed order and rounded once.
     Cost:
         Forward reads the indices (and offsets, per-sample weights) and the N requested weight
-        rows and writes B x D outputs: (N*D + B*D) elements plus the index bytes; it checks every
-        index and offset in the same pass and synchronizes with the host once, after the launch,
-        to raise the error (skipped under CUDA-graph capture, where bad indices are skipped,
-        never read). Backward: a sort of N 32-bit keys, a gather of the bag id of each sorted
+        rows and writes B x D outputs: (N*D + B*D) elements plus the index bytes; a check kernel
+        first reads the indices and offsets once more, and the host waits for its result (copied
+        to pinned memory) while the device gathers, to raise the error (skipped under CUDA-graph
+        capture, where bad indices are skipped, never read). Backward: a sort of N 32-bit keys, a gather of the bag id of each sorted
         entry (1-D input with offsets), a pass over the sorted entries gathering grad_output rows,
         and one write of the dense (V, D) gradient (touched rows by the pass, the others by a
         zero-fill); no host synchronization. D FLOP per index each way.
