@@ -9,6 +9,7 @@
 # msbench:   roofkit bench masked_select --suite acceptance two ways: every provider, and roofkit
 #            and torch only (run 3 also tried SYNC "spin", a host polling the count's event: slower, removed)
 # overlap:   sweep_matmul.py's overlap pair (plain / bias+GELU over two-CTA and warp-specialized configurations)
+# bench:     roofkit bench BENCH ("ops:suite", comma-separated; default embedding_bag:dlrm), every provider
 # tests:     GPU tests (TEST_MARK, default "gpu and not slow"; TEST_FILES, default all)
 # Outputs accumulate under $OUT/run, tarred into $OUT/run.tar.gz after every step.
 set -uo pipefail
@@ -32,6 +33,10 @@ for step in "$@"; do
           bench masked_select --suite acceptance $prov --out "$R/bench-acceptance-masked_select-$v" > "$R/bench-acceptance-masked_select-$v.txt" 2>&1
         echo "SYNC $v rc=$?"; grep -E "│ masked_select.*roofkit|│ masked_select.*torch  " "$R/bench-acceptance-masked_select-$v.txt" | cut -c1-150; done ;;
     overlap) timeout 200 python3 benchmarks/sweep_matmul.py --only "overlap ffn_up+bias+gelu,overlap ffn_up" --json "$R/sweep-overlap.json" > "$R/sweep-overlap.txt" 2>&1; grep -vE "^\s*$" "$R/sweep-overlap.txt" | cut -c1-230 | tail -24 ;;
+    bench) IFS=, read -ra benches <<< "${BENCH:-embedding_bag:dlrm}"
+      for b in "${benches[@]}"; do ops=${b%%:*}; suite=${b##*:}
+        timeout 200 python3 -m roofkit.cli bench $ops --suite "$suite" --out "$R/bench-$suite-${ops%% *}" > "$R/bench-$suite-${ops%% *}.txt" 2>&1
+        echo "rc=$?"; grep -E "│" "$R/bench-$suite-${ops%% *}.txt" | cut -c1-170 | tail -30; done ;;
     tests) ROOFKIT_AUTOTUNE=0 timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m "${TEST_MARK:-gpu and not slow}" -p no:cacheprovider --durations=10 ${TEST_FILES:-} > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
     *) echo "unknown step $step" ;;
   esac
