@@ -256,7 +256,9 @@ def test_embedding_bag_default_mode_is_mean(device):
 # ----------------------------------------------------------------------------- errors
 
 
-def test_embedding_bag_out_of_range_index_raises_index_error(device):
+@pytest.mark.parametrize("early", [True, False])
+def test_embedding_bag_out_of_range_index_raises_index_error(early, monkeypatch, device):
+    monkeypatch.setattr(eb, "EARLY_CHECK", early)  # the check kernel, or the gather kernel's own flags
     w = _weight(10, 4, device)
     off = torch.tensor([0, 2], device=device)
     for bad in (10, 12345, -1):
@@ -268,7 +270,9 @@ def test_embedding_bag_out_of_range_index_raises_index_error(device):
 
 @pytest.mark.parametrize("offsets,ilo", [([1, 2], False), ([0, 3, 2], False), ([0, 5], False), ([0, 2, 9], True),
                                         ([0, 2, 3], True), ([0, -1], False)])
-def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, device):
+@pytest.mark.parametrize("early", [True, False])
+def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, early, monkeypatch, device):
+    monkeypatch.setattr(eb, "EARLY_CHECK", early)
     w = _weight(10, 4, device)
     inp = torch.tensor([1, 2, 3, 4], device=device)
     off = torch.tensor(offsets, device=device)

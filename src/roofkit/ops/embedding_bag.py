@@ -114,6 +114,10 @@ BWD_WAVES = 2
 FIXUP_BLOCK_P = 64  # partials summed per step by the fix-up kernel
 ZERO_TILE = 8192  # elements of the zero-fill tile
 CHECK_BLOCK = 4096  # indices and bags' offsets per program of the forward's input check
+# True: the input check runs as its own kernel before the gather and the host waits for it while
+# the device gathers; False: the host reads the gather kernel's own flags after it (session 5's
+# form, kept to time both in one run: NOTES.md, session 6).
+EARLY_CHECK = True
 MAX_PROGRAMS_PER_SM = 32  # resident-block limit of NVIDIA SMs since Volta (a bound, not a target)
 
 
@@ -647,10 +651,10 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
         return out, count, argmax, bags
     has_off = offsets is not None
     checked = None
-    if not _capturing(dev):
+    if EARLY_CHECK and not _capturing(dev):
         checked = _launch_input_check(indices, offsets, num_bags, v)
-    # The gather kernels' own flags (they mask what they would flag) are read by no one: under
-    # CUDA-graph capture the host cannot wait, elsewhere the check kernel above decides.
+    # The gather kernels' own flags (they mask what they would flag): read after the launch
+    # without EARLY_CHECK; under CUDA-graph capture by no one (the host cannot wait).
     err = torch.zeros(2, dtype=torch.int32, device=dev)
     args = (indices, offsets if has_off else indices, weight, psw if psw is not None else weight, out, count)
     if mode != MODE_MAX and FWD_KERNEL == "steps":
@@ -673,6 +677,8 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
             WRITE_ARGMAX=argmax.numel() > 0, WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype),
             BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
         )
+    if checked is None and not EARLY_CHECK and not _capturing(dev):
+        checked = err, None  # read after the gather (synchronizes)
     if checked is not None:
         host, ready = checked
         if ready is not None:
