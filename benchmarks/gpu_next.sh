@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
-# GPU work still to run after session 5 (its runs: benchmarks/gpu_session5.sh), in priority order:
-#   bash benchmarks/gpu_next.sh [sanitize] [slow] [tests] [bench]
-# sanitize: memcheck + racecheck on the small cases: layer_norm and embedding_bag first (their
-#           last change, identical copies before layout conversions, was made after the last GPU
-#           run), then every op not yet checked (benchmarks/sanitize_registry.py)
-# slow:     the > 2**31-element cases (compaction's two-pass default has not run them yet)
-# tests:    every GPU test (default configurations: ROOFKIT_AUTOTUNE=0; the autotuner has its own GPU test)
-# bench:    quantized GEMM acceptance (int8 / fp8, default accumulation) through roofkit bench
+# GPU work still to run after session 6 (its runs: benchmarks/gpu_session6.sh), in priority order:
+#   bash benchmarks/gpu_next.sh [ebcheck] [tests] [mm4095]
+# ebcheck: embedding_bag's forward with the input check before the gather (EARLY_CHECK=True, the
+#          default since session 6) and after it (False), dlrm suite, in one run each back to back:
+#          session 6's run gave uniform 315 -> 287 us but power law 140 -> 163 us (NOTES.md)
+# tests:   every GPU test in one step (ROOFKIT_AUTOTUNE=0; ~460 tests, ~6.5 minutes: session 6's
+#          run was cut at 438 by its own timeout and finished the rest separately)
+# mm4095:  a profile of matmul 4095^3 (copies to aligned strides + the GEMM: 274 us against a
+#          predicted ~215, torch.compile 218 us)
 set -uo pipefail
 OUT=${OUT:-/tmp/roofkit-out}; R=$OUT/run; mkdir -p "$R"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 ROOFKIT_CACHE_DIR=$R/cache
 python3 -m pip install -q --no-index --no-deps --target /tmp/peers .peers/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/peers
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(sanitize slow tests bench)
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(ebcheck tests mm4095)
 for step in "${steps[@]}"; do
   echo "=== $step $(date -u +%T)"
   case $step in
-    tests) ROOFKIT_AUTOTUNE=0 timeout 400 python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider --durations=10 > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
-    sanitize) for tool in memcheck racecheck; do
-        timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_registry.py layer_norm embedding_bag flash_attention quantize dequantize int8_matmul scaled_mm cross_entropy sum mean amax transpose > "$R/sanitizer-$tool.txt" 2>&1; tail -4 "$R/sanitizer-$tool.txt"; done ;;
-    slow) timeout 150 python3 -m pytest -q -m slow -p no:cacheprovider > "$R/pytest-slow.txt" 2>&1; tail -5 "$R/pytest-slow.txt" ;;
-    bench) for s in "int8_matmul scaled_mm quantize:acceptance"; do
-        ops=${s%%:*}; suite=${s##*:}
-        timeout 500 python3 -m roofkit.cli bench $ops --suite "$suite" --out "$R/bench-$suite-${ops%% *}" > "$R/bench-$suite-${ops%% *}.txt" 2>&1
-        grep -E "│" "$R/bench-$suite-${ops%% *}.txt" | cut -c1-200 | tail -25; done ;;
+    ebcheck) for early in True False True; do
+        timeout 150 python3 -c "import sys, roofkit.ops.embedding_bag as E; E.EARLY_CHECK = $early; from roofkit.cli import main; sys.exit(main(sys.argv[1:]))" \
+          bench embedding_bag --suite dlrm --providers roofkit torch --out "$R/bench-dlrm-embedding_bag-early-$early" > "$R/bench-dlrm-embedding_bag-early-$early.txt" 2>&1
+        echo "EARLY_CHECK=$early"; grep -E "│ embedding_bag.*(roofkit|torch )" "$R/bench-dlrm-embedding_bag-early-$early.txt" | cut -c1-150 | head -4; done ;;
+    tests) ROOFKIT_AUTOTUNE=0 timeout 560 python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider --durations=10 > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
+    mm4095) timeout 200 python3 -c "
+import torch, roofkit
+a = torch.randn(4095, 4095, device='cuda', dtype=torch.bfloat16); b = torch.randn_like(a)
+for _ in range(3): roofkit.matmul(a, b)
+torch.cuda.synchronize()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+    for _ in range(5): roofkit.matmul(a, b)
+    torch.cuda.synchronize()
+print(p.key_averages().table(sort_by='cuda_time_total', row_limit=12))" > "$R/profile-mm4095.txt" 2>&1; tail -20 "$R/profile-mm4095.txt" ;;
     *) echo "unknown step $step" ;;
   esac
+  tar -C "$OUT" -czf "$OUT/run.tar.gz" run
 done
-tar -C "$OUT" -czf "$OUT/run.tar.gz" run && rm -rf "$OUT/run"
