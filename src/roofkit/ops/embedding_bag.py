@@ -980,10 +980,11 @@ def embedding_bag(
         rows and writes B x D outputs: (N*D + B*D) elements plus the index bytes; a check kernel
         first reads the indices and offsets once more, and the host waits for its result (copied
         to pinned memory) while the device gathers, to raise the error (skipped under CUDA-graph
-        capture, where bad indices are skipped, never read). Backward: a sort of N 32-bit keys, a gather of the bag id of each sorted
-        entry (1-D input with offsets), a pass over the sorted entries gathering grad_output rows,
-        and one write of the dense (V, D) gradient (touched rows by the pass, the others by a
-        zero-fill); no host synchronization. D FLOP per index each way.
+        capture, where bad indices are skipped, never read). Backward: a sort of N 32-bit keys,
+        a gather of the bag id of each sorted entry (1-D input with offsets), a pass over the
+        sorted entries gathering grad_output rows, and one write of the dense (V, D) gradient
+        (touched rows by the pass, the others by a zero-fill); no host synchronization. D FLOP
+        per index each way.
     Source:
         torch.nn.functional.embedding_bag (semantics); Blelloch 1990 (segmented scan).
     """
