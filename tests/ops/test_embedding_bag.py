@@ -301,6 +301,26 @@ def test_embedding_bag_bad_input_past_the_first_check_program_raises(where, monk
             embedding_bag(inp.to(device), w, off.to(device), mode="mean")
 
 
+def test_embedding_bag_zero_width_table_still_checks_offsets_and_indices(device):
+    # Nothing to gather (embedding_dim 0), but bad offsets / indices still raise (hostile review).
+    w = torch.randn(10, 0, device=device)
+    inp = torch.tensor([1, 2, 3], device=device)
+    assert embedding_bag(inp, w, torch.tensor([0, 2], device=device), mode="sum").shape == (2, 0)
+    for off in ([0, 2, 1], [1, 2], [0, 7]):
+        with pytest.raises(ValueError, match=r"roofkit\.embedding_bag: offsets must start at 0"):
+            embedding_bag(inp, w, torch.tensor(off, device=device), mode="sum")
+    with pytest.raises(IndexError, match="input holds index 10 outside"):
+        embedding_bag(torch.tensor([1, 10], device=device), w, torch.tensor([0], device=device), mode="sum")
+
+
+def test_embedding_bag_error_names_the_bad_int32_index_of_a_huge_table(device):
+    # num_embeddings past int32: the message's example must not come from a wrapped comparison.
+    w = torch.randn(1, 3, device=device).expand(2**31 + 5, 3)
+    inp = torch.tensor([0, 5, -2**31], dtype=torch.int32, device=device)
+    with pytest.raises(IndexError, match="input holds index -2147483648 outside"):
+        embedding_bag(inp, w, torch.tensor([0, 2], dtype=torch.int32, device=device), mode="sum")
+
+
 def _t(*shape, dtype=torch.float32):
     return torch.ones(*shape, dtype=dtype)
 

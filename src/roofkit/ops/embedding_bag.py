@@ -612,7 +612,8 @@ def _raise_bad_input(err, indices, offsets, num_embeddings: int) -> None:
     gathered on this (failing) path only."""
     bad_index, bad_offsets = err
     if bad_index:
-        wrong = indices[(indices < 0) | (indices >= num_embeddings)]
+        idx = indices.to(torch.int64)  # num_embeddings may not fit the indices' int32
+        wrong = idx[(idx < 0) | (idx >= num_embeddings)]
         example = int(wrong[0]) if wrong.numel() else "?"
         raise IndexError(
             f"roofkit.embedding_bag: input holds index {example} outside the table; expected "
@@ -643,11 +644,14 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
         count.zero_()
         argmax.fill_(-1)
         bags.zero_()
-        if n and d == 0 and num_bags:
-            # Indices are checked even when there is nothing to gather.
-            lo, hi = torch.aminmax(indices)
-            if int(lo) < 0 or int(hi) >= v:
-                _raise_bad_input((1, 0), indices, offsets, v)
+        if n and d == 0 and num_bags and not _capturing(dev):
+            # Indices and offsets are checked even when there is nothing to gather.
+            host, ready = _launch_input_check(indices, offsets, num_bags, v)
+            if ready is not None:
+                ready.synchronize()
+            flags = host.tolist()
+            if any(flags):
+                _raise_bad_input(flags, indices, offsets, v)
         return out, count, argmax, bags
     has_off = offsets is not None
     checked = None
