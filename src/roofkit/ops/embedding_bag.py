@@ -646,12 +646,7 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
         bags.zero_()
         if n and d == 0 and num_bags and not _capturing(dev):
             # Indices and offsets are checked even when there is nothing to gather.
-            host, ready = _launch_input_check(indices, offsets, num_bags, v)
-            if ready is not None:
-                ready.synchronize()
-            flags = host.tolist()
-            if any(flags):
-                _raise_bad_input(flags, indices, offsets, v)
+            _raise_if_flagged(_launch_input_check(indices, offsets, num_bags, v), indices, offsets, v)
         return out, count, argmax, bags
     has_off = offsets is not None
     checked = None
@@ -684,13 +679,19 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
     if checked is None and not EARLY_CHECK and not _capturing(dev):
         checked = err, None  # read after the gather (synchronizes)
     if checked is not None:
-        host, ready = checked
-        if ready is not None:
-            ready.synchronize()  # the one host synchronization of the forward, during the gather
-        flags = host.tolist()
-        if any(flags):
-            _raise_bad_input(flags, indices, offsets, v)
+        _raise_if_flagged(checked, indices, offsets, v)  # the forward's one host synchronization
     return out, count, argmax, bags
+
+
+def _raise_if_flagged(checked, indices, offsets, num_embeddings: int) -> None:
+    """Waits for the input check's flags ((flags, event or None) from _launch_input_check, or
+    the gather kernel's device flags) and raises the error they report."""
+    host, ready = checked
+    if ready is not None:
+        ready.synchronize()
+    flags = host.tolist()
+    if any(flags):
+        _raise_bad_input(flags, indices, offsets, num_embeddings)
 
 
 def _launch_input_check(indices, offsets, num_bags: int, num_embeddings: int):
