@@ -9,10 +9,7 @@
 # mm4095:  a profile of matmul 4095^3 (copies to aligned strides + the GEMM: 274 us against a
 #          predicted ~215, torch.compile 218 us)
 set -uo pipefail
-OUT=${OUT:-/tmp/roofkit-out}; R=$OUT/run; mkdir -p "$R"
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 ROOFKIT_CACHE_DIR=$R/cache
-python3 -m pip install -q --no-index --no-deps --target /tmp/peers .peers/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/peers
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+. benchmarks/gpu_env.sh
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(ebcheck tests mm4095)
 for step in "${steps[@]}"; do
   echo "=== $step $(date -u +%T)"

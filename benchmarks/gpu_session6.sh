@@ -13,10 +13,7 @@
 # tests:     GPU tests (TEST_MARK, default "gpu and not slow"; TEST_FILES, default all)
 # Outputs accumulate under $OUT/run, tarred into $OUT/run.tar.gz after every step.
 set -uo pipefail
-OUT=${OUT:-/tmp/roofkit-out}; R=$OUT/run; mkdir -p "$R"
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 ROOFKIT_CACHE_DIR=$R/cache
-python3 -m pip install -q --no-index --no-deps --target /tmp/peers .peers/*.whl 2>/dev/null && export PYTHONPATH=$PYTHONPATH:/tmp/peers
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+. benchmarks/gpu_env.sh
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
