@@ -290,6 +290,18 @@ def _bag_end(off_ptr, b, B, N, L, mask, HAS_OFFSETS: tl.constexpr, USE_INT64: tl
 
 
 @triton.jit
+def _flag_bad_offsets(off_ptr, err_ptr, bb, inb, N, B, n_off):
+    """err[1] = 1 if one of bags bb (where inb) has bad offsets: a first offset other than 0, a
+    decrease, an offset past N, or with include_last_offset (n_off > B) a last offset other than
+    N. Racing programs only ever store 1."""
+    st = tl.load(off_ptr + bb, mask=inb, other=0)
+    en = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 < B), other=N)
+    last = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 == B) & (bb * 0 + n_off > B), other=N)
+    bad = inb & ((st < 0) | (st > en) | (en > N) | ((bb == 0) & (st != 0)) | (last != N))
+    tl.store(err_ptr + 1, 1, mask=tl.max(bad.to(tl.int32), axis=0) > 0)
+
+
+@triton.jit
 def _embedding_bag_check_kernel(idx_ptr, off_ptr, err_ptr, N, V, B, n_off,
                                 HAS_OFFSETS: tl.constexpr, USE_INT64: tl.constexpr, BLOCK: tl.constexpr):
     """The forward's input check, before the gather: err[0] = 1 if one of indices
@@ -303,13 +315,7 @@ def _embedding_bag_check_kernel(idx_ptr, off_ptr, err_ptr, N, V, B, n_off,
     bad_idx = inb & ((d < 0) | (d >= V))
     tl.store(err_ptr, 1, mask=tl.max(bad_idx.to(tl.int32), axis=0) > 0)
     if HAS_OFFSETS:
-        bb = pos
-        inb = bb < B
-        st = tl.load(off_ptr + bb, mask=inb, other=0)
-        en = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 < B), other=N)
-        last = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 == B) & (bb * 0 + n_off > B), other=N)
-        bad_off = inb & ((st < 0) | (st > en) | (en > N) | ((bb == 0) & (st != 0)) | (last != N))
-        tl.store(err_ptr + 1, 1, mask=tl.max(bad_off.to(tl.int32), axis=0) > 0)
+        _flag_bad_offsets(off_ptr, err_ptr, pos, pos < B, N, B, n_off)
 
 
 @triton.jit
@@ -335,12 +341,7 @@ def _embedding_bag_steps_fwd_kernel(
         # below only reads them clamped).
         for c in range(b_lo, b_hi, BLOCK_V):
             bb = c + tl.arange(0, BLOCK_V)
-            inb = bb < b_hi
-            st = tl.load(off_ptr + bb, mask=inb, other=0)
-            en = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 < B), other=N)
-            last = tl.load(off_ptr + bb + 1, mask=inb & (bb + 1 == B) & (bb * 0 + n_off > B), other=N)
-            bad_off = inb & ((st < 0) | (st > en) | (en > N) | ((bb == 0) & (st != 0)) | (last != N))
-            tl.store(err_ptr + 1, 1, mask=tl.max(bad_off.to(tl.int32), axis=0) > 0)
+            _flag_bad_offsets(off_ptr, err_ptr, bb, bb < b_hi, N, B, n_off)
         cs = _ix(tl.minimum(tl.maximum(tl.load(off_ptr + b_lo), 0), N), USE_INT64)
     else:
         cs = b_lo * L
