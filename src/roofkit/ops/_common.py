@@ -98,3 +98,11 @@ def _sm_count(device_type: str, index: int | None) -> int:
 def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors of ``device`` (read from the device); CPU cores on CPU."""
     return _sm_count(device.type, device.index if device.type == "cuda" else None)
+
+
+@functools.lru_cache(maxsize=None)
+def shared_memory_limits(index: int) -> tuple[int, int]:
+    """(bytes one block may opt in to, bytes per SM) of shared memory on CUDA device ``index``,
+    read from the device."""
+    props = torch.cuda.get_device_properties(index)
+    return int(props.shared_memory_per_block_optin), int(props.shared_memory_per_multiprocessor)

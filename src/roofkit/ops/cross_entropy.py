@@ -41,9 +41,15 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64, next_pow2, sm_count
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64, next_pow2,
+                      shared_memory_limits, sm_count)
 from ._jit import _round_for_store
 from .softmax import _post_and_wait, _split_position
+
+try:  # the staged-row kernel is written in Gluon (Triton >= 3.5's explicit-layout dialect)
+    from . import _ce_smem
+except Exception:  # a Triton without (this form of) Gluon: the Triton kernels serve every call
+    _ce_smem = None
 
 REDUCTIONS = ("none", "mean", "sum")
 
@@ -133,6 +139,14 @@ MAX_SPLITS = 64
 # second read), so both limits split only when rows are few.
 FWD_SPLIT_MAX_ROWS_PER_SM = 2
 GRAD_SPLIT_MAX_ROWS_PER_SM = 1
+# Staged-row path (``_ce_smem``, CUDA, forward+backward): a row is held in shared memory, so
+# the logits are read once. Taken when at least 1 - SMEM_MAX_TAIL_FRAC of a row fits one
+# program's shared memory (the rest, the tail, is read twice) and rows are many enough for the
+# other paths' split form not to apply. ``ROOFKIT_CE_SMEM=0`` turns it off.
+SMEM_PATH = os.environ.get("ROOFKIT_CE_SMEM", "1") != "0"
+SMEM_MAX_TAIL_FRAC = 0.25
+# Shared memory kept free for the compiler's reduction scratch (64 bytes measured).
+SMEM_RESERVE = 1024
 # Chunk of a long row per loop iteration: 8192 (16 warps); 16384 (32 warps) for rows past
 # 65536 classes when the loop keeps nothing but the running max and sum (forward only, no label
 # smoothing), as softmax measured best; the smoothing accumulator and the gradient pass spill
@@ -182,6 +196,46 @@ def _launch_config(n: int, m: int, write_grad: bool, device: torch.device | None
     if block_n <= 65536 or write_grad or smooth:
         return Config(False, 1, ONLINE_BLOCK_N, max(4, min(16, ONLINE_BLOCK_N // 512)))
     return Config(False, 1, ONLINE_BLOCK_N_LONG, max(4, min(32, ONLINE_BLOCK_N_LONG // 512)))
+
+
+class SmemPlan(NamedTuple):
+    """Launch of the staged-row kernel: ``NR`` chunks resident in shared memory, ``NT`` tail
+    chunks read from global memory twice, ``programs`` persistent programs."""
+
+    NR: int
+    NT: int
+    programs: int
+
+
+def _smem_plan(x: torch.Tensor, write_grad: bool, has_weight: bool) -> SmemPlan | None:
+    """The staged-row kernel's launch for 2-D logits ``x``, or None where it does not apply:
+    it needs CUDA (compute capability >= 8.0: cp.async), 16-bit logits with unit class stride,
+    16-byte aligned rows, no class weight, a gradient, rows longer than ``ONE_PASS_MAX_N`` and
+    at least as many as ``GRAD_SPLIT_MAX_ROWS_PER_SM`` per SM, and a row whose part past the
+    device's shared memory (read from the device) is at most ``SMEM_MAX_TAIL_FRAC``."""
+    m, c = x.shape
+    if not (SMEM_PATH and _ce_smem is not None and write_grad and not has_weight):
+        return None
+    if x.device.type != "cuda" or interpreter_active() or x.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    vec = _ce_smem.VEC
+    if c <= ONE_PASS_MAX_N or x.stride(1) != 1 or x.stride(0) % vec or x.data_ptr() % 16:
+        return None
+    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if torch.cuda.get_device_capability(idx) < (8, 0):
+        return None
+    sms = sm_count(x.device)
+    if m < GRAD_SPLIT_MAX_ROWS_PER_SM * sms:
+        return None
+    per_block, per_sm = shared_memory_limits(idx)
+    chunk_bytes = _ce_smem.CH * x.element_size()
+    nch = triton.cdiv(c, _ce_smem.CH)
+    nr = min(nch, (per_block - SMEM_RESERVE) // chunk_bytes)
+    if nr < 1 or (nch - nr) * _ce_smem.CH > SMEM_MAX_TAIL_FRAC * c:
+        return None
+    # Programs per SM: as many as shared memory holds, at most 2 (the registers of 16 warps).
+    per_sm_programs = max(1, min(2, per_sm // (nr * chunk_bytes + SMEM_RESERVE)))
+    return SmemPlan(nr, nch - nr, min(m, per_sm_programs * sms))
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -593,7 +647,14 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
         HAS_WEIGHT=has_w, SMOOTH=smooth, MEAN=mean, WRITE_GRAD=write_grad, USE_INT64=use_int64,
         GRAD_RNE=bf16_rne(x.dtype), LOSS_RNE=bf16_rne(loss_rows.dtype), num_warps=cfg.num_warps,
     )
-    if cfg.splits:
+    plan = _smem_plan(x, write_grad, has_w) if config is None else None
+    if plan is not None:
+        _ce_smem._ce_smem_kernel[(plan.programs,)](
+            x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0), ignore_index, label_smoothing,
+            SMOOTH=smooth, MEAN=mean, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NR=plan.NR, NT=plan.NT,
+            NUM_WARPS=_ce_smem.NUM_WARPS, num_warps=_ce_smem.NUM_WARPS,
+        )
+    elif cfg.splits:
         seg = triton.cdiv(c, cfg.splits)
         part = torch.empty((m, cfg.splits, 3), dtype=torch.float32, device=dev)
         count = torch.zeros(m + 1, dtype=torch.int32, device=dev)

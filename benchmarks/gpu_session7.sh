@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Session 7's GPU runs (2026-12-01): cross_entropy's staged-row path (roofkit.ops._ce_smem).
+#   bash benchmarks/gpu_session7.sh STEP...   (carry .peers for the bench step's peers)
+# ce:      benchmarks/probe_ce_smem.py: plans, float64 verification of the new path, bitwise
+#          stability, fwd+bwd time against the online path and torch (exits non-zero on a failure)
+# cetests: tests/ops/test_cross_entropy.py on the GPU (gpu-marked included, not slow)
+# cebench: roofkit bench cross_entropy --suite acceptance, every provider
+set -uo pipefail
+. benchmarks/gpu_env.sh
+for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
+  case $step in
+    ce) timeout 300 python3 benchmarks/probe_ce_smem.py --out "$R" > "$R/probe-ce-smem.txt" 2>&1; rc=$?
+        grep -v "^  " "$R/probe-ce-smem.txt" | tail -22; [ $rc -eq 0 ] || { tar -C "$OUT" -czf "$OUT/run.tar.gz" run; exit $rc; } ;;
+    cetests) ROOFKIT_AUTOTUNE=0 timeout 240 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_cross_entropy.py > "$R/pytest-gpu-cross_entropy.txt" 2>&1; tail -4 "$R/pytest-gpu-cross_entropy.txt" ;;
+    cebench) timeout 300 python3 -m roofkit.cli bench cross_entropy --suite acceptance --out "$R/bench-acceptance-cross_entropy" > "$R/bench-acceptance-cross_entropy.txt" 2>&1
+        grep -E "fwd_bwd|GB/s" "$R/bench-acceptance-cross_entropy.txt" | cut -c1-170 | head -40 ;;
+    *) echo "unknown step $step" ;;
+  esac
+  tar -C "$OUT" -czf "$OUT/run.tar.gz" run
+done
