@@ -125,6 +125,8 @@ for name, tm in timings.items():
     rows[name] = {"median_us": us, "GBps": byts / (us * 1e-6) / 1e9, "p20_us": tm.p20_ms * 1e3, "p80_us": tm.p80_ms * 1e3}
 result["timing_8192x128256_fwd_bwd"] = rows
 ce.SMEM_PATH = True
+result["programs_per_sm"] = {str(k[0]): v for k, v in ce._SMEM_PROGRAMS_PER_SM.items()}
+print("programs per SM:", sorted(set(ce._SMEM_PROGRAMS_PER_SM.values())), "over", len(ce._SMEM_PROGRAMS_PER_SM), "kernels")
 with open(os.path.join(args.out, "probe-ce-smem.json"), "w") as f:
     json.dump(result, f, indent=1, default=str)
 print(f"{'provider':18s} {'us':>9s} {'GB/s':>7s}")

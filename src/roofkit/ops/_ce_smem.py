@@ -53,6 +53,9 @@ def _ce_smem_kernel(
     r_idx = gl.arange(0, ROWS, layout=row_l)
     v_idx = gl.arange(0, VEC, layout=gl.SliceLayout(0, layout))
     offs = gl.expand_dims(r_idx * VEC, 1) + gl.expand_dims(v_idx, 0)
+    # Masks are built per 8-class vector (C is a multiple of VEC), so the compiler sees them
+    # constant over each 16-byte copy whatever C's divisibility.
+    CV = C // VEC
 
     pid = gl.program_id(0)
     G = gl.num_programs(0)
@@ -65,13 +68,14 @@ def _ce_smem_kernel(
     x_row = x_ptr + gl.multiple_of(pid.to(gl.int64) * stride_xm, VEC)
     for k in gl.static_range(NR):
         cols = k * CH + offs
-        async_copy.async_copy_global_to_shared(smem.index(k), x_row + cols, mask=cols < C)
+        vmask = gl.expand_dims(k * ROWS + r_idx < CV, 1)
+        async_copy.async_copy_global_to_shared(smem.index(k), x_row + cols, mask=vmask)
         async_copy.commit_group()
 
     for row in range(pid, M, G):
         row64 = row.to(gl.int64)
         x_row = x_ptr + gl.multiple_of(row64 * stride_xm, VEC)
-        g_row = grad_ptr + row64 * C
+        g_row = grad_ptr + gl.multiple_of(row64 * C, VEC)
         t = gl.load(t_ptr + row64 * stride_t)
         keep = t != ignore_index
         ok = (t >= 0) & (t < C)
@@ -83,7 +87,7 @@ def _ce_smem_kernel(
         sx_t = gl.zeros([ROWS], gl.float32, layout=row_l)
         for j in gl.static_range(NT):
             cols = (NR + j) * CH + offs
-            cmask = cols < C
+            cmask = gl.expand_dims((NR + j) * ROWS + r_idx < CV, 1)
             x = gl.load(x_row + cols, mask=cmask, other=-float("inf"), eviction_policy="evict_last").to(gl.float32)
             m_t, s_t = _online_update(x, m_t, s_t)
             if SMOOTH:
@@ -91,7 +95,7 @@ def _ce_smem_kernel(
         for k in gl.static_range(NR):
             async_copy.wait_group(NR - 1 - k)
             cols = k * CH + offs
-            cmask = cols < C
+            cmask = gl.expand_dims(k * ROWS + r_idx < CV, 1)
             x = gl.where(cmask, smem.index(k).load(layout).to(gl.float32), -float("inf"))
             m_t, s_t = _online_update(x, m_t, s_t)
             if SMOOTH:
@@ -131,7 +135,7 @@ def _ce_smem_kernel(
         has_next = nxt < M
         for k in gl.static_range(NR):
             cols = k * CH + offs
-            cmask = cols < C
+            cmask = gl.expand_dims(k * ROWS + r_idx < CV, 1)
             x = smem.index(k).load(layout).to(gl.float32)
             p = gl.where(dead, 0.0, gl.exp(x - m))
             g = p * a_s - gl.where(cols == t, b, 0.0) - c
@@ -140,7 +144,7 @@ def _ce_smem_kernel(
             async_copy.commit_group()
         for j in gl.static_range(NT):
             cols = (NR + j) * CH + offs
-            cmask = cols < C
+            cmask = gl.expand_dims((NR + j) * ROWS + r_idx < CV, 1)
             x = gl.load(x_row + cols, mask=cmask, other=-float("inf"), eviction_policy="evict_first").to(gl.float32)
             p = gl.where(dead, 0.0, gl.exp(x - m))
             g = p * a_s - gl.where(cols == t, b, 0.0) - c

@@ -103,6 +103,18 @@ def sm_count(device: torch.device) -> int:
 @functools.lru_cache(maxsize=None)
 def shared_memory_limits(index: int) -> tuple[int, int]:
     """(bytes one block may opt in to, bytes per SM) of shared memory on CUDA device ``index``,
-    read from the device."""
-    props = torch.cuda.get_device_properties(index)
-    return int(props.shared_memory_per_block_optin), int(props.shared_memory_per_multiprocessor)
+    read from the device (the driver's attribute through Triton, the SM's through torch)."""
+    from triton.runtime import driver
+
+    per_block = driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return int(per_block), int(torch.cuda.get_device_properties(index).shared_memory_per_multiprocessor)
+
+
+@functools.lru_cache(maxsize=None)
+def registers_per_sm(index: int) -> int:
+    """32-bit registers of one SM of CUDA device ``index`` (torch's property where it has it,
+    else the driver's per-block limit, the same number on every GPU since Volta)."""
+    from triton.runtime import driver
+
+    regs = getattr(torch.cuda.get_device_properties(index), "regs_per_multiprocessor", None)
+    return int(regs or driver.active.utils.get_device_properties(index)["max_num_regs"])

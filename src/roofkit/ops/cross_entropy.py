@@ -42,7 +42,7 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64, next_pow2,
-                      shared_memory_limits, sm_count)
+                      registers_per_sm, shared_memory_limits, sm_count)
 from ._jit import _round_for_store
 from .softmax import _post_and_wait, _split_position
 
@@ -200,15 +200,14 @@ def _launch_config(n: int, m: int, write_grad: bool, device: torch.device | None
 
 class SmemPlan(NamedTuple):
     """Launch of the staged-row kernel: ``NR`` chunks resident in shared memory, ``NT`` tail
-    chunks read from global memory twice, ``programs`` persistent programs."""
+    chunks read from global memory twice."""
 
     NR: int
     NT: int
-    programs: int
 
 
 def _smem_plan(x: torch.Tensor, write_grad: bool, has_weight: bool) -> SmemPlan | None:
-    """The staged-row kernel's launch for 2-D logits ``x``, or None where it does not apply:
+    """The staged-row kernel's chunking for 2-D logits ``x``, or None where it does not apply:
     it needs CUDA (compute capability >= 8.0: cp.async), 16-bit logits with unit class stride,
     16-byte aligned rows, no class weight, a gradient, rows longer than ``ONE_PASS_MAX_N`` and
     at least as many as ``GRAD_SPLIT_MAX_ROWS_PER_SM`` per SM, and a row whose part past the
@@ -219,23 +218,50 @@ def _smem_plan(x: torch.Tensor, write_grad: bool, has_weight: bool) -> SmemPlan 
     if x.device.type != "cuda" or interpreter_active() or x.dtype not in (torch.float16, torch.bfloat16):
         return None
     vec = _ce_smem.VEC
-    if c <= ONE_PASS_MAX_N or x.stride(1) != 1 or x.stride(0) % vec or x.data_ptr() % 16:
+    if c <= ONE_PASS_MAX_N or c % vec or x.stride(1) != 1 or x.stride(0) % vec or x.data_ptr() % 16:
         return None
-    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    idx = _device_index(x.device)
     if torch.cuda.get_device_capability(idx) < (8, 0):
         return None
-    sms = sm_count(x.device)
-    if m < GRAD_SPLIT_MAX_ROWS_PER_SM * sms:
+    if m < GRAD_SPLIT_MAX_ROWS_PER_SM * sm_count(x.device):
         return None
-    per_block, per_sm = shared_memory_limits(idx)
+    per_block, _ = shared_memory_limits(idx)
     chunk_bytes = _ce_smem.CH * x.element_size()
     nch = triton.cdiv(c, _ce_smem.CH)
     nr = min(nch, (per_block - SMEM_RESERVE) // chunk_bytes)
     if nr < 1 or (nch - nr) * _ce_smem.CH > SMEM_MAX_TAIL_FRAC * c:
         return None
-    # Programs per SM: as many as shared memory holds, at most 2 (the registers of 16 warps).
-    per_sm_programs = max(1, min(2, per_sm // (nr * chunk_bytes + SMEM_RESERVE)))
-    return SmemPlan(nr, nch - nr, min(m, per_sm_programs * sms))
+    return SmemPlan(nr, nch - nr)
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+# (kernel specialization, device index) -> programs per SM of the staged-row kernel.
+_SMEM_PROGRAMS_PER_SM: dict = {}
+
+
+def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: torch.device) -> None:
+    """Launch the staged-row kernel persistently: as many programs per SM as its compiled
+    shared memory, registers and threads let be resident at once (read from the compiled kernel
+    and the device on first use), times the SM count, at most one per row."""
+    kw = dict(constexprs, NR=plan.NR, NT=plan.NT, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NUM_WARPS=_ce_smem.NUM_WARPS,
+              num_warps=_ce_smem.NUM_WARPS)
+    idx = _device_index(device)
+    key = (tuple(sorted(kw.items())), args[0].dtype, args[3].dtype, idx)
+    per_sm = _SMEM_PROGRAMS_PER_SM.get(key)
+    if per_sm is None:
+        kernel = _ce_smem._ce_smem_kernel.warmup(*args, grid=(1,), **kw)
+        kernel._init_handles()
+        props = torch.cuda.get_device_properties(idx)
+        _, smem_per_sm = shared_memory_limits(idx)
+        threads = _ce_smem.NUM_WARPS * props.warp_size
+        per_sm = min(smem_per_sm // max(1, kernel.metadata.shared + SMEM_RESERVE),
+                     registers_per_sm(idx) // max(1, kernel.n_regs * threads),
+                     props.max_threads_per_multi_processor // threads)
+        per_sm = _SMEM_PROGRAMS_PER_SM[key] = max(1, per_sm)
+    _ce_smem._ce_smem_kernel[(min(m, per_sm * sm_count(device)),)](*args, **kw)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -649,11 +675,8 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
     )
     plan = _smem_plan(x, write_grad, has_w) if config is None else None
     if plan is not None:
-        _ce_smem._ce_smem_kernel[(plan.programs,)](
-            x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0), ignore_index, label_smoothing,
-            SMOOTH=smooth, MEAN=mean, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NR=plan.NR, NT=plan.NT,
-            NUM_WARPS=_ce_smem.NUM_WARPS, num_warps=_ce_smem.NUM_WARPS,
-        )
+        _smem_launch(plan, (x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0), ignore_index,
+                            label_smoothing), dict(SMOOTH=smooth, MEAN=mean), m, dev)
     elif cfg.splits:
         seg = triton.cdiv(c, cfg.splits)
         part = torch.empty((m, cfg.splits, 3), dtype=torch.float32, device=dev)
