@@ -23,20 +23,42 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-# Classes per chunk, classes per thread-vector (16 bytes of a 16-bit dtype), warps.
+# Classes per chunk, classes per thread-vector (16 bytes of a 16-bit dtype), warps, chunks per
+# wait / refill (each costs a block-wide barrier).
 CH = 8192
 VEC = 8
-NUM_WARPS = 16
+NUM_WARPS = 32
+GROUP = 2
+LOG2E = 1.4426950408889634
 
 
 @gluon.jit
-def _online_update(x, m_t, s_t):
-    """Per-thread online max / rescaled sum over the VEC classes each thread row holds."""
+def _exp2(x):
+    """2**x with one SFU instruction (ex2.approx.ftz: results below 2**-126 flush to 0, which no
+    sum of probabilities notices); Triton's exp2 also handles denormal results, 3 more
+    instructions per logit."""
+    return gl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
+def _online_update(x, m_t, s_t, LOG2E: gl.constexpr):
+    """Per-thread online max / rescaled sum of exp over the VEC classes each thread row holds
+    (one exponential per logit, one per VEC for the rescale); rows with nothing finite yet keep
+    max -inf and sum 0."""
     m_new = gl.maximum(m_t, gl.max(x, axis=1))
-    dead = m_new == -float("inf")
-    alpha = gl.where(dead, 0.0, gl.exp(m_t - m_new))
-    e = gl.where(gl.expand_dims(dead, 1), 0.0, gl.exp(x - gl.expand_dims(m_new, 1)))
+    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new) * LOG2E
+    alpha = _exp2(m_t * LOG2E - m_safe)
+    e = _exp2(gl.fma(x, LOG2E, -gl.expand_dims(m_safe, 1)))
     return m_new, s_t * alpha + gl.sum(e, axis=1)
+
+
+@gluon.jit
+def _chunk_grad(x, ml, a_s, c, SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
+    g = _exp2(gl.fma(x, LOG2E, -ml)) * a_s
+    if SMOOTH:
+        g = g - c
+    return g
 
 
 @gluon.jit
@@ -44,8 +66,10 @@ def _ce_smem_kernel(
     x_ptr, t_ptr, scal_ptr, loss_ptr, grad_ptr, M, C, stride_xm, stride_t, ignore_index, label_smoothing,
     SMOOTH: gl.constexpr, MEAN: gl.constexpr,
     CH: gl.constexpr, VEC: gl.constexpr, NR: gl.constexpr, NT: gl.constexpr, NUM_WARPS: gl.constexpr,
+    GROUP: gl.constexpr, LOG2E: gl.constexpr,
 ):
     ROWS: gl.constexpr = CH // VEC
+    NCH: gl.constexpr = NR + NT
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32, 1], [NUM_WARPS, 1], [1, 0])
     row_l: gl.constexpr = gl.SliceLayout(1, layout)
     smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [NR, ROWS, VEC],
@@ -53,9 +77,12 @@ def _ce_smem_kernel(
     r_idx = gl.arange(0, ROWS, layout=row_l)
     v_idx = gl.arange(0, VEC, layout=gl.SliceLayout(0, layout))
     offs = gl.expand_dims(r_idx * VEC, 1) + gl.expand_dims(v_idx, 0)
-    # Masks are built per 8-class vector (C is a multiple of VEC), so the compiler sees them
-    # constant over each 16-byte copy whatever C's divisibility.
+    # Only the row's last chunk can be partial (NCH = cdiv(C, CH)); its mask is built per
+    # 8-class vector (C is a multiple of VEC) so the compiler sees it constant over each 16-byte
+    # copy whatever C's divisibility.
     CV = C // VEC
+    last_mask = gl.expand_dims((NCH - 1) * ROWS + r_idx < CV, 1)
+    true_mask = gl.expand_dims(r_idx >= 0, 1)
 
     pid = gl.program_id(0)
     G = gl.num_programs(0)
@@ -64,14 +91,15 @@ def _ce_smem_kernel(
     else:
         gscale = 1.0
 
-    # The first row's resident chunks.
+    # The first row's resident chunks, one commit group per GROUP chunks.
     x_row = x_ptr + gl.multiple_of(pid.to(gl.int64) * stride_xm, VEC)
     for k in gl.static_range(NR):
-        cols = k * CH + offs
-        vmask = gl.expand_dims(k * ROWS + r_idx < CV, 1)
-        async_copy.async_copy_global_to_shared(smem.index(k), x_row + cols, mask=vmask)
-        async_copy.commit_group()
+        vmask = last_mask if k == NCH - 1 else true_mask
+        async_copy.async_copy_global_to_shared(smem.index(k), x_row + (k * CH + offs), mask=vmask)
+        if k % GROUP == GROUP - 1 or k == NR - 1:
+            async_copy.commit_group()
 
+    NG: gl.constexpr = (NR + GROUP - 1) // GROUP
     for row in range(pid, M, G):
         row64 = row.to(gl.int64)
         x_row = x_ptr + gl.multiple_of(row64 * stride_xm, VEC)
@@ -81,28 +109,33 @@ def _ce_smem_kernel(
         ok = (t >= 0) & (t < C)
 
         # Pass A: the tail from global memory first (its loads overlap the copies still landing),
-        # then the resident chunks as they land.
+        # then the resident chunks as their groups land.
         m_t = gl.full([ROWS], -float("inf"), gl.float32, layout=row_l)
         s_t = gl.zeros([ROWS], gl.float32, layout=row_l)
         sx_t = gl.zeros([ROWS], gl.float32, layout=row_l)
         for j in gl.static_range(NT):
-            cols = (NR + j) * CH + offs
-            cmask = gl.expand_dims((NR + j) * ROWS + r_idx < CV, 1)
-            x = gl.load(x_row + cols, mask=cmask, other=-float("inf"), eviction_policy="evict_last").to(gl.float32)
-            m_t, s_t = _online_update(x, m_t, s_t)
+            vmask = last_mask if NR + j == NCH - 1 else true_mask
+            x = gl.load(x_row + ((NR + j) * CH + offs), mask=vmask, other=-float("inf"),
+                        eviction_policy="evict_last").to(gl.float32)
+            m_t, s_t = _online_update(x, m_t, s_t, LOG2E)
             if SMOOTH:
-                sx_t += gl.sum(gl.where(cmask, x, 0.0), axis=1)
+                sx_t += gl.sum(gl.where(vmask, x, 0.0), axis=1)
         for k in gl.static_range(NR):
-            async_copy.wait_group(NR - 1 - k)
-            cols = k * CH + offs
-            cmask = gl.expand_dims(k * ROWS + r_idx < CV, 1)
-            x = gl.where(cmask, smem.index(k).load(layout).to(gl.float32), -float("inf"))
-            m_t, s_t = _online_update(x, m_t, s_t)
+            if k % GROUP == 0:
+                async_copy.wait_group(NG - 1 - k // GROUP)
+            x = smem.index(k).load(layout).to(gl.float32)
+            if k == NCH - 1:
+                x = gl.where(last_mask, x, -float("inf"))
+            m_t, s_t = _online_update(x, m_t, s_t, LOG2E)
             if SMOOTH:
-                sx_t += gl.sum(gl.where(cmask, x, 0.0), axis=1)
+                if k == NCH - 1:
+                    sx_t += gl.sum(gl.where(last_mask, x, 0.0), axis=1)
+                else:
+                    sx_t += gl.sum(x, axis=1)
         m = gl.max(m_t, axis=0)
         dead = m == -float("inf")
-        s = gl.sum(gl.where(m_t == -float("inf"), 0.0, s_t * gl.exp(m_t - m)), axis=0)
+        ml = gl.where(dead, 0.0, m) * LOG2E
+        s = gl.sum(s_t * _exp2(m_t * LOG2E - ml), axis=0)
         log_s = gl.log(s)
 
         # Loss (torch's: 0 on ignored rows; NaN on an out-of-range target, which the host
@@ -125,28 +158,36 @@ def _ce_smem_kernel(
             c = coef * 0.0
         loss = gl.where(keep, loss, 0.0)
         gl.store(loss_ptr + row64, loss.to(loss_ptr.dtype.element_ty))
+        # Every logit's gradient is a * p - c; the target's, a * p - b - c, is stored again at
+        # the end (after a barrier, so it lands last).
         a_s = a / s
 
-        # Pass B: each chunk's gradient from shared memory, then its slot refilled with the
-        # same chunk of the next row (an empty commit group when there is none, so the counts
-        # of pass A's waits hold).
+        # Pass B: each chunk's gradient from shared memory; every GROUP chunks, their slots are
+        # refilled with the same chunks of the program's next row (masked off when there is
+        # none; the commit groups still count, so pass A's waits hold).
         nxt = row + G
         x_next = x_ptr + gl.multiple_of(nxt.to(gl.int64) * stride_xm, VEC)
         has_next = nxt < M
         for k in gl.static_range(NR):
-            cols = k * CH + offs
-            cmask = gl.expand_dims(k * ROWS + r_idx < CV, 1)
             x = smem.index(k).load(layout).to(gl.float32)
-            p = gl.where(dead, 0.0, gl.exp(x - m))
-            g = p * a_s - gl.where(cols == t, b, 0.0) - c
-            gl.store(g_row + cols, g.to(grad_ptr.dtype.element_ty), mask=cmask)
-            async_copy.async_copy_global_to_shared(smem.index(k), x_next + cols, mask=cmask & has_next)
-            async_copy.commit_group()
+            g = _chunk_grad(x, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            if k == NCH - 1:
+                gl.store(g_row + (k * CH + offs), g, mask=last_mask)
+            else:
+                gl.store(g_row + (k * CH + offs), g)
+            if k % GROUP == GROUP - 1 or k == NR - 1:
+                for q in gl.static_range(k - k % GROUP, k + 1):
+                    vmask = last_mask if q == NCH - 1 else true_mask
+                    async_copy.async_copy_global_to_shared(smem.index(q), x_next + (q * CH + offs),
+                                                           mask=vmask & has_next)
+                async_copy.commit_group()
         for j in gl.static_range(NT):
-            cols = (NR + j) * CH + offs
-            cmask = gl.expand_dims((NR + j) * ROWS + r_idx < CV, 1)
-            x = gl.load(x_row + cols, mask=cmask, other=-float("inf"), eviction_policy="evict_first").to(gl.float32)
-            p = gl.where(dead, 0.0, gl.exp(x - m))
-            g = p * a_s - gl.where(cols == t, b, 0.0) - c
-            gl.store(g_row + cols, g.to(grad_ptr.dtype.element_ty), mask=cmask, eviction_policy="evict_first")
+            vmask = last_mask if NR + j == NCH - 1 else true_mask
+            x = gl.load(x_row + ((NR + j) * CH + offs), mask=vmask, other=0.0,
+                        eviction_policy="evict_first").to(gl.float32)
+            g = _chunk_grad(x, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gl.store(g_row + ((NR + j) * CH + offs), g, mask=vmask, eviction_policy="evict_first")
+        gl.thread_barrier()
+        g_t = _chunk_grad(x_t, ml, a_s, c, SMOOTH, LOG2E) - b
+        gl.store(g_row + t, g_t.to(grad_ptr.dtype.element_ty), mask=keep & ok)
     async_copy.wait_group(0)
