@@ -29,6 +29,8 @@ CH = 8192
 VEC = 8
 NUM_WARPS = 32
 GROUP = 2
+# Groups by which pass A of the next row trails the refills in pass B (at most the row's groups).
+LAG = 2
 LOG2E = 1.4426950408889634
 
 
@@ -62,14 +64,48 @@ def _chunk_grad(x, ml, a_s, c, SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
 
 
 @gluon.jit
+def _pass_a(x, m_t, s_t, sx_t, mask, MASKED: gl.constexpr, SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
+    """Pass A over one chunk (x as float32, -inf already in masked-off classes when MASKED)."""
+    m_t, s_t = _online_update(x, m_t, s_t, LOG2E)
+    if SMOOTH:
+        if MASKED:
+            sx_t += gl.sum(gl.where(mask, x, 0.0), axis=1)
+        else:
+            sx_t += gl.sum(x, axis=1)
+    return m_t, s_t, sx_t
+
+
+@gluon.jit
+def _pass_a_smem(slot, kd, m_t, s_t, sx_t, r_idx, CV, layout: gl.constexpr, ROWS: gl.constexpr, NCH: gl.constexpr,
+                 SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
+    """Pass A over resident chunk ``kd`` (a runtime index); only the row's last chunk is masked
+    (a uniform branch)."""
+    x = slot.load(layout).to(gl.float32)
+    if kd == NCH - 1:
+        cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
+        x = gl.where(cm, x, -float("inf"))
+        m_t, s_t, sx_t = _pass_a(x, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
+    else:
+        m_t, s_t, sx_t = _pass_a(x, m_t, s_t, sx_t, x == x, False, SMOOTH, LOG2E)
+    return m_t, s_t, sx_t
+
+
+@gluon.jit
 def _ce_smem_kernel(
     x_ptr, t_ptr, scal_ptr, loss_ptr, grad_ptr, M, C, stride_xm, stride_t, ignore_index, label_smoothing,
     SMOOTH: gl.constexpr, MEAN: gl.constexpr,
     CH: gl.constexpr, VEC: gl.constexpr, NR: gl.constexpr, NT: gl.constexpr, NUM_WARPS: gl.constexpr,
-    GROUP: gl.constexpr, LOG2E: gl.constexpr,
+    GROUP: gl.constexpr, LAG: gl.constexpr, LOG2E: gl.constexpr,
 ):
+    """Rows pid, pid + G, ... of the logits; see the module docstring. Chunks move in groups of
+    GROUP (one cp.async commit group each, NG groups per row; GROUP divides NR). Pass A of the next row runs
+    interleaved with pass B of this one, LAG groups behind the refills, so the device's
+    exponentials overlap this SM's memory traffic; the last LAG groups of pass A run at the top
+    of the next iteration."""
     ROWS: gl.constexpr = CH // VEC
     NCH: gl.constexpr = NR + NT
+    NG: gl.constexpr = NR // GROUP
+    gl.static_assert(NR % GROUP == 0)
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32, 1], [NUM_WARPS, 1], [1, 0])
     row_l: gl.constexpr = gl.SliceLayout(1, layout)
     smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [NR, ROWS, VEC],
@@ -77,12 +113,10 @@ def _ce_smem_kernel(
     r_idx = gl.arange(0, ROWS, layout=row_l)
     v_idx = gl.arange(0, VEC, layout=gl.SliceLayout(0, layout))
     offs = gl.expand_dims(r_idx * VEC, 1) + gl.expand_dims(v_idx, 0)
-    # Only the row's last chunk can be partial (NCH = cdiv(C, CH)); its mask is built per
-    # 8-class vector (C is a multiple of VEC) so the compiler sees it constant over each 16-byte
-    # copy whatever C's divisibility.
+    # Masks are built per 8-class vector (C is a multiple of VEC), so the compiler sees them
+    # constant over each 16-byte copy whatever C's divisibility; only the last chunk of a row
+    # (NCH = cdiv(C, CH)) can be partial.
     CV = C // VEC
-    last_mask = gl.expand_dims((NCH - 1) * ROWS + r_idx < CV, 1)
-    true_mask = gl.expand_dims(r_idx >= 0, 1)
 
     pid = gl.program_id(0)
     G = gl.num_programs(0)
@@ -91,15 +125,29 @@ def _ce_smem_kernel(
     else:
         gscale = 1.0
 
-    # The first row's resident chunks, one commit group per GROUP chunks.
-    x_row = x_ptr + gl.multiple_of(pid.to(gl.int64) * stride_xm, VEC)
-    for k in gl.static_range(NR):
-        vmask = last_mask if k == NCH - 1 else true_mask
-        async_copy.async_copy_global_to_shared(smem.index(k), x_row + (k * CH + offs), mask=vmask)
-        if k % GROUP == GROUP - 1 or k == NR - 1:
-            async_copy.commit_group()
+    # The first row: its groups put in flight with pass A LAG groups behind (as in the loop
+    # below, without a pass B), then its tail.
+    x_first = x_ptr + gl.multiple_of(pid.to(gl.int64) * stride_xm, VEC)
+    m_t = gl.full([ROWS], -float("inf"), gl.float32, layout=row_l)
+    s_t = gl.zeros([ROWS], gl.float32, layout=row_l)
+    sx_t = gl.zeros([ROWS], gl.float32, layout=row_l)
+    for qq in range(NG):
+        for u in gl.static_range(GROUP):
+            kd = qq * GROUP + u
+            cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
+            async_copy.async_copy_global_to_shared(smem.index(kd), x_first + (kd * CH + offs), mask=cm)
+        async_copy.commit_group()
+        if qq >= LAG:
+            async_copy.wait_group(LAG)
+            for u in gl.static_range(GROUP):
+                kd = (qq - LAG) * GROUP + u
+                m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH, SMOOTH,
+                                              LOG2E)
+    for jd in range(NR, NCH):
+        cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
+        xv = gl.load(x_first + (jd * CH + offs), mask=cm, other=-float("inf"), eviction_policy="evict_last")
+        m_t, s_t, sx_t = _pass_a(xv.to(gl.float32), m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
 
-    NG: gl.constexpr = (NR + GROUP - 1) // GROUP
     for row in range(pid, M, G):
         row64 = row.to(gl.int64)
         x_row = x_ptr + gl.multiple_of(row64 * stride_xm, VEC)
@@ -108,30 +156,10 @@ def _ce_smem_kernel(
         keep = t != ignore_index
         ok = (t >= 0) & (t < C)
 
-        # Pass A: the tail from global memory first (its loads overlap the copies still landing),
-        # then the resident chunks as their groups land.
-        m_t = gl.full([ROWS], -float("inf"), gl.float32, layout=row_l)
-        s_t = gl.zeros([ROWS], gl.float32, layout=row_l)
-        sx_t = gl.zeros([ROWS], gl.float32, layout=row_l)
-        for j in gl.static_range(NT):
-            vmask = last_mask if NR + j == NCH - 1 else true_mask
-            x = gl.load(x_row + ((NR + j) * CH + offs), mask=vmask, other=-float("inf"),
-                        eviction_policy="evict_last").to(gl.float32)
-            m_t, s_t = _online_update(x, m_t, s_t, LOG2E)
-            if SMOOTH:
-                sx_t += gl.sum(gl.where(vmask, x, 0.0), axis=1)
-        for k in gl.static_range(NR):
-            if k % GROUP == 0:
-                async_copy.wait_group(NG - 1 - k // GROUP)
-            x = smem.index(k).load(layout).to(gl.float32)
-            if k == NCH - 1:
-                x = gl.where(last_mask, x, -float("inf"))
-            m_t, s_t = _online_update(x, m_t, s_t, LOG2E)
-            if SMOOTH:
-                if k == NCH - 1:
-                    sx_t += gl.sum(gl.where(last_mask, x, 0.0), axis=1)
-                else:
-                    sx_t += gl.sum(x, axis=1)
+        # Pass A's last LAG groups of this row (put in flight during the previous pass B).
+        async_copy.wait_group(0)
+        for kd in range((NG - LAG) * GROUP, NR):
+            m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH, SMOOTH, LOG2E)
         m = gl.max(m_t, axis=0)
         dead = m == -float("inf")
         ml = gl.where(dead, 0.0, m) * LOG2E
@@ -162,31 +190,45 @@ def _ce_smem_kernel(
         # the end (after a barrier, so it lands last).
         a_s = a / s
 
-        # Pass B: each chunk's gradient from shared memory; every GROUP chunks, their slots are
-        # refilled with the same chunks of the program's next row (masked off when there is
-        # none; the commit groups still count, so pass A's waits hold).
+        # Pass B of this row: the tail from global memory, then each resident group from shared
+        # memory, its slots refilled at once with the same group of the next row (masked off
+        # when there is none: the commit groups still count), and pass A of the next row LAG
+        # groups behind.
         nxt = row + G
-        x_next = x_ptr + gl.multiple_of(nxt.to(gl.int64) * stride_xm, VEC)
         has_next = nxt < M
-        for k in gl.static_range(NR):
-            x = smem.index(k).load(layout).to(gl.float32)
-            g = _chunk_grad(x, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
-            if k == NCH - 1:
-                gl.store(g_row + (k * CH + offs), g, mask=last_mask)
-            else:
-                gl.store(g_row + (k * CH + offs), g)
-            if k % GROUP == GROUP - 1 or k == NR - 1:
-                for q in gl.static_range(k - k % GROUP, k + 1):
-                    vmask = last_mask if q == NCH - 1 else true_mask
-                    async_copy.async_copy_global_to_shared(smem.index(q), x_next + (q * CH + offs),
-                                                           mask=vmask & has_next)
-                async_copy.commit_group()
-        for j in gl.static_range(NT):
-            vmask = last_mask if NR + j == NCH - 1 else true_mask
-            x = gl.load(x_row + ((NR + j) * CH + offs), mask=vmask, other=0.0,
-                        eviction_policy="evict_first").to(gl.float32)
-            g = _chunk_grad(x, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
-            gl.store(g_row + ((NR + j) * CH + offs), g, mask=vmask, eviction_policy="evict_first")
+        x_next = x_ptr + gl.multiple_of(nxt.to(gl.int64) * stride_xm, VEC)
+        for jd in range(NR, NCH):
+            cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
+            xv = gl.load(x_row + (jd * CH + offs), mask=cm, other=0.0, eviction_policy="evict_first").to(gl.float32)
+            gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gl.store(g_row + (jd * CH + offs), gv, mask=cm, eviction_policy="evict_first")
+        m_t = gl.full([ROWS], -float("inf"), gl.float32, layout=row_l)
+        s_t = gl.zeros([ROWS], gl.float32, layout=row_l)
+        sx_t = gl.zeros([ROWS], gl.float32, layout=row_l)
+        for qq in range(NG):
+            for u in gl.static_range(GROUP):
+                kd = qq * GROUP + u
+                cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
+                xv = smem.index(kd).load(layout).to(gl.float32)
+                gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+                gl.store(g_row + (kd * CH + offs), gv, mask=cm)
+            for u in gl.static_range(GROUP):
+                kd = qq * GROUP + u
+                cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
+                async_copy.async_copy_global_to_shared(smem.index(kd), x_next + (kd * CH + offs),
+                                                       mask=cm & has_next)
+            async_copy.commit_group()
+            if qq >= LAG:
+                async_copy.wait_group(LAG)
+                for u in gl.static_range(GROUP):
+                    kd = (qq - LAG) * GROUP + u
+                    m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH,
+                                                  SMOOTH, LOG2E)
+        for jd in range(NR, NCH):
+            cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
+            xv = gl.load(x_next + (jd * CH + offs), mask=cm & has_next, other=-float("inf"),
+                         eviction_policy="evict_last").to(gl.float32)
+            m_t, s_t, sx_t = _pass_a(xv, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
         gl.thread_barrier()
         g_t = _chunk_grad(x_t, ml, a_s, c, SMOOTH, LOG2E) - b
         gl.store(g_row + t, g_t.to(grad_ptr.dtype.element_ty), mask=keep & ok)

@@ -246,8 +246,9 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
     """Launch the staged-row kernel persistently: as many programs per SM as its compiled
     shared memory, registers and threads let be resident at once (read from the compiled kernel
     and the device on first use), times the SM count, at most one per row."""
+    group = _ce_smem.GROUP if plan.NR % _ce_smem.GROUP == 0 else 1
     kw = dict(constexprs, NR=plan.NR, NT=plan.NT, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NUM_WARPS=_ce_smem.NUM_WARPS,
-              GROUP=_ce_smem.GROUP, LOG2E=_ce_smem.LOG2E, num_warps=_ce_smem.NUM_WARPS)
+              GROUP=group, LOG2E=_ce_smem.LOG2E, LAG=min(_ce_smem.LAG, plan.NR // group), num_warps=_ce_smem.NUM_WARPS)
     idx = _device_index(device)
     key = (tuple(sorted(kw.items())), args[0].dtype, args[3].dtype, idx)
     per_sm = _SMEM_PROGRAMS_PER_SM.get(key)
