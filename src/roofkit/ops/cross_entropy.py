@@ -40,7 +40,7 @@ import triton.language as tl
 
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
-from ..harness.spec import Cost, Inputs, OpSpec, case
+from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
 from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64, next_pow2,
                       registers_per_sm, shared_memory_limits, sm_count)
 from ._jit import _round_for_store
@@ -838,16 +838,22 @@ def cross_entropy(
         one rounding to the output dtype; the mean and sum add the float32 row losses in a fixed
         order, so results are bitwise reproducible. When the input requires a gradient, the
         forward writes it (input dtype, already scaled by the reduction) and the backward
-        multiplies it by grad_output in place, doing nothing when grad_output is exactly 1.
-        That makes the backward single-use: a second backward through the same graph raises
-        autograd's "modified by an inplace operation" error. No float32 (M, C) buffer is ever
+        multiplies it by grad_output in place, doing nothing when grad_output is exactly 1:
+        a grad_output other than 1 (or a power of 2) rounds the gradient a second time, up to
+        one more unit of the last place (torch rounds once). On CUDA, 16-bit rows of at most
+        ~1.33x what one SM's shared memory holds (128256 classes on an H100 / H200) take the
+        staged-row kernel: the row read once into shared memory, exponentials by the SFU's
+        ex2.approx (ftz; relative error ~2**-22). The backward is single-use: a second
+        backward through the same graph raises autograd's "modified by an inplace operation"
+        error. No float32 (M, C) buffer is ever
         allocated. No gradient for ``weight`` (torch has none either). First order only.
     Cost:
         Forward: one read of the logits (M*C elements) plus the targets; with a gradient, one
-        write of it (M*C). With a gradient, rows that are not split (past ``MAX_SPLITS *
-        SPLIT_SEG`` classes, or more rows per SM than ``GRAD_SPLIT_MAX_ROWS_PER_SM``) read the
-        logits twice. About 4 FLOP per logit forward (6 with label smoothing), 4 more for the
-        gradient.
+        write of it (M*C). With a gradient, rows neither staged in shared memory nor split (past
+        ``MAX_SPLITS * SPLIT_SEG`` classes, or more rows per SM than
+        ``GRAD_SPLIT_MAX_ROWS_PER_SM``) read the logits twice; staged rows re-read only their
+        part past shared memory (10.6 % of a 128256-class row on an H200). About 4 FLOP per
+        logit forward (6 with label smoothing), 4 more for the gradient.
     Source:
         Milakov & Gimelshein 2018 (online normalizer); Szegedy et al. 2016 (label smoothing);
         gradient written in the forward as in Liger-Kernel (Hsu et al. 2024).
@@ -1006,6 +1012,12 @@ CASES = [
     case("gpu_neg_inf_50257", ["gpu"], shape=(256, 50257), dist="neg_inf", reduction="none", dtypes=_BF16),
     case("gpu_transposed_4096x3000", ["gpu"], shape=(4096, 3000), layout="transposed"),
     case("gpu_grad_ones_128256", ["gpu"], shape=(256, 128256), grad_output="ones", dtypes=_BF16),
+    # The gradient rounded twice (forward, then times grad_output): seed 17 of this case gave
+    # 0.0045 relative L2 against a one-rounding budget of 0.0031 (see _TOLERANCE). On the GPU it
+    # also runs the staged-row path (vocab 128256, 264 rows).
+    case("gpu_rows_264_128256", ["gpu"], shape=(264, 128256), dtypes=(torch.bfloat16, torch.float16)),
+    case("gpu_rows_600_32000_smoothing_sum", ["gpu"], shape=(600, 32000), label_smoothing=0.1, reduction="sum",
+         dtypes=(torch.bfloat16, torch.float16)),
     case("gpu_over_2pow31_elements", ["gpu", "slow"], shape=(16385, 131072), dtypes=_BF16),
 ]
 
@@ -1056,6 +1068,15 @@ def _liger():
     return run
 
 
+# Error budget: the gradient is rounded to the input dtype in the forward and, when grad_output is
+# not exactly 1, rounded again after the backward's multiplication (Numerics in the docstring).
+# torch rounds once, so the relative-L2 floor of 16-bit dtypes adds one more rounding's worst
+# case (2**-8 for bfloat16, 2**-11 for float16): it is reached when the norm of the gradient is
+# the many target entries of nearly equal value (-1/n each with a large vocabulary), whose
+# rounding errors are then all the same. Measured: 264x128256 bfloat16 with grad_output
+# -0.6055, relative L2 0.0045 for the two roundings against 0.0010 for one.
+_TOLERANCE = Tolerance(l2_floor={**Tolerance().l2_floor, torch.bfloat16: 1e-3 + 2**-8, torch.float16: 1e-4 + 2**-11})
+
 SPEC = OpSpec(
     name="cross_entropy",
     impl=cross_entropy,
@@ -1070,6 +1091,7 @@ SPEC = OpSpec(
     baselines={"torch": lambda: F.cross_entropy, "torch.compile": baselines.compiled(F.cross_entropy),
                "liger": _liger, "flaggems": baselines.flaggems(F.cross_entropy)},
     grad_args=(0,),
+    tolerance=_TOLERANCE,
     marker="cross_entropy",
 )
 
