@@ -115,9 +115,10 @@ x = (3 * torch.randn(m, c, device="cuda")).to(BF16).requires_grad_(True)
 t = torch.randint(0, c, (m,), device="cuda")
 
 
-def fwd_bwd(smem: bool, smoothing: float = 0.0):
+def fwd_bwd(smem: bool, smoothing: float = 0.0, group: int = 2, lag: int = 2):
     def call():
         ce.SMEM_PATH = smem
+        ce._ce_smem.GROUP, ce._ce_smem.LAG = group, lag
         loss = ce.cross_entropy(x, t, label_smoothing=smoothing)
         return loss, torch.autograd.grad(loss, x)[0]
     return call
@@ -128,10 +129,11 @@ l2, g2 = fwd_bwd(True)()
 lo, go = fwd_bwd(False)()
 stable = bool(torch.equal(l1, l2) and torch.equal(g1, g2))
 diff = (g1.float() - go.float()).abs().max().item()
+# (variants are compared with g1 below)
 print(f"stable={stable} loss smem {l1.item():.6f} online {lo.item():.6f}; max |grad diff| {diff:.3e}")
 result["stable"] = stable
 result["agree"] = {"loss_smem": l1.item(), "loss_online": lo.item(), "max_abs_grad_diff": diff}
-del g1, g2, go
+del g2, go
 
 
 def torch_fwd_bwd():
@@ -141,7 +143,17 @@ def torch_fwd_bwd():
 
 fns = {"smem": fwd_bwd(True), "online": fwd_bwd(False), "smem_smoothing": fwd_bwd(True, 0.1),
        "online_smoothing": fwd_bwd(False, 0.1), "torch": torch_fwd_bwd}
+# Variants of the chunk grouping and of the lag of pass A behind the refills.
+for group, lag in [(2, 1), (2, 3), (1, 2), (1, 4), (7, 1)]:
+    fns[f"smem_group{group}_lag{lag}"] = fwd_bwd(True, group=group, lag=lag)
+for name, fn in fns.items():  # compile and check each variant before timing
+    if name.startswith("smem_group"):
+        lv, gv = fn()
+        print(name, "loss", lv.item(), "max |grad diff| vs default", (gv.float() - g1.float()).abs().max().item())
+        del gv
+del g1
 timings = time_providers(fns, device="cuda")
+ce._ce_smem.GROUP, ce._ce_smem.LAG = 2, 2
 byts = 2 * m * c * x.element_size()
 rows = {}
 for name, tm in timings.items():

@@ -148,6 +148,10 @@ def _ce_smem_kernel(
         xv = gl.load(x_first + (jd * CH + offs), mask=cm, other=-float("inf"), eviction_policy="evict_last")
         m_t, s_t, sx_t = _pass_a(xv.to(gl.float32), m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
 
+    # The first two tail chunks of a row are loaded well before their use (their latency would
+    # otherwise stall every warp at once); any further ones in a runtime loop.
+    cm_t0 = gl.expand_dims(NR * ROWS + r_idx < CV, 1)
+    cm_t1 = gl.expand_dims((NR + 1) * ROWS + r_idx < CV, 1)
     for row in range(pid, M, G):
         row64 = row.to(gl.int64)
         x_row = x_ptr + gl.multiple_of(row64 * stride_xm, VEC)
@@ -155,6 +159,10 @@ def _ce_smem_kernel(
         t = gl.load(t_ptr + row64 * stride_t)
         keep = t != ignore_index
         ok = (t >= 0) & (t < C)
+        if NT >= 1:
+            b0 = gl.load(x_row + (NR * CH + offs), mask=cm_t0, other=0.0, eviction_policy="evict_first")
+        if NT >= 2:
+            b1 = gl.load(x_row + ((NR + 1) * CH + offs), mask=cm_t1, other=0.0, eviction_policy="evict_first")
 
         # Pass A's last LAG groups of this row (put in flight during the previous pass B).
         async_copy.wait_group(0)
@@ -197,15 +205,46 @@ def _ce_smem_kernel(
         nxt = row + G
         has_next = nxt < M
         x_next = x_ptr + gl.multiple_of(nxt.to(gl.int64) * stride_xm, VEC)
-        for jd in range(NR, NCH):
+        if NT >= 1:
+            gv = _chunk_grad(b0.to(gl.float32), ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gl.store(g_row + (NR * CH + offs), gv, mask=cm_t0, eviction_policy="evict_first")
+        if NT >= 2:
+            gv = _chunk_grad(b1.to(gl.float32), ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gl.store(g_row + ((NR + 1) * CH + offs), gv, mask=cm_t1, eviction_policy="evict_first")
+        for jd in range(NR + 2, NCH):
             cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
             xv = gl.load(x_row + (jd * CH + offs), mask=cm, other=0.0, eviction_policy="evict_first").to(gl.float32)
             gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
             gl.store(g_row + (jd * CH + offs), gv, mask=cm, eviction_policy="evict_first")
+        if NT >= 1:
+            a0 = gl.load(x_next + (NR * CH + offs), mask=cm_t0 & has_next, other=-float("inf"),
+                         eviction_policy="evict_last")
+        if NT >= 2:
+            a1 = gl.load(x_next + ((NR + 1) * CH + offs), mask=cm_t1 & has_next, other=-float("inf"),
+                         eviction_policy="evict_last")
         m_t = gl.full([ROWS], -float("inf"), gl.float32, layout=row_l)
         s_t = gl.zeros([ROWS], gl.float32, layout=row_l)
         sx_t = gl.zeros([ROWS], gl.float32, layout=row_l)
-        for qq in range(NG):
+        # Group 0 (its pass B and refill) while the tail loads are in flight, then their pass A.
+        for u in gl.static_range(GROUP):
+            cm = gl.expand_dims(u * ROWS + r_idx < CV, 1)
+            xv = smem.index(u).load(layout).to(gl.float32)
+            gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gl.store(g_row + (u * CH + offs), gv, mask=cm)
+        for u in gl.static_range(GROUP):
+            cm = gl.expand_dims(u * ROWS + r_idx < CV, 1)
+            async_copy.async_copy_global_to_shared(smem.index(u), x_next + (u * CH + offs), mask=cm & has_next)
+        async_copy.commit_group()
+        if NT >= 1:
+            m_t, s_t, sx_t = _pass_a(a0.to(gl.float32), m_t, s_t, sx_t, cm_t0, True, SMOOTH, LOG2E)
+        if NT >= 2:
+            m_t, s_t, sx_t = _pass_a(a1.to(gl.float32), m_t, s_t, sx_t, cm_t1, True, SMOOTH, LOG2E)
+        for jd in range(NR + 2, NCH):
+            cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
+            xv = gl.load(x_next + (jd * CH + offs), mask=cm & has_next, other=-float("inf"),
+                         eviction_policy="evict_last").to(gl.float32)
+            m_t, s_t, sx_t = _pass_a(xv, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
+        for qq in range(1, NG):
             for u in gl.static_range(GROUP):
                 kd = qq * GROUP + u
                 cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
@@ -224,11 +263,6 @@ def _ce_smem_kernel(
                     kd = (qq - LAG) * GROUP + u
                     m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH,
                                                   SMOOTH, LOG2E)
-        for jd in range(NR, NCH):
-            cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
-            xv = gl.load(x_next + (jd * CH + offs), mask=cm & has_next, other=-float("inf"),
-                         eviction_policy="evict_last").to(gl.float32)
-            m_t, s_t, sx_t = _pass_a(xv, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
         gl.thread_barrier()
         g_t = _chunk_grad(x_t, ml, a_s, c, SMOOTH, LOG2E) - b
         gl.store(g_row + t, g_t.to(grad_ptr.dtype.element_ty), mask=keep & ok)
