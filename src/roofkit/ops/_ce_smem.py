@@ -23,14 +23,16 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-# Classes per chunk, classes per thread-vector (16 bytes of a 16-bit dtype), warps, chunks per
-# wait / refill (each costs a block-wide barrier).
+# Classes per chunk, classes per thread-vector (16 bytes of a 16-bit dtype), warps.
 CH = 8192
 VEC = 8
 NUM_WARPS = 32
-GROUP = 2
-# Groups by which pass A of the next row trails the refills in pass B (at most the row's groups).
-LAG = 2
+# Chunks per wait / refill (each costs block-wide barriers) and the groups by which pass A of the
+# next row trails the refills in pass B. None: the launcher's default, two groups of half the
+# resident chunks with a lag of one (measured best at 8192x128256 on the H200: 1134.5 us, against
+# 1196.5 for groups of 2 with a lag of 2 and 1159.7 with a lag of 3; benchmarks/NOTES.md).
+GROUP = None
+LAG = None
 LOG2E = 1.4426950408889634
 
 

@@ -238,6 +238,18 @@ def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+def _smem_grouping(nr: int) -> tuple[int, int]:
+    """(chunks per group, lag in groups) of the staged-row kernel for ``nr`` resident chunks:
+    ``_ce_smem.GROUP`` / ``LAG`` when set (the group must divide ``nr``, else 1), else two
+    groups of nr / 2 with a lag of 1 (odd nr: groups of 1, lag 2)."""
+    group, lag = _ce_smem.GROUP, _ce_smem.LAG
+    if group is None:
+        group, lag = (nr // 2, 1) if nr % 2 == 0 else (1, 2)
+    if nr % group:
+        group = 1
+    return group, max(1, min(lag if lag is not None else 1, nr // group))
+
+
 # (kernel specialization, device index) -> programs per SM of the staged-row kernel.
 _SMEM_PROGRAMS_PER_SM: dict = {}
 
@@ -246,9 +258,9 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
     """Launch the staged-row kernel persistently: as many programs per SM as its compiled
     shared memory, registers and threads let be resident at once (read from the compiled kernel
     and the device on first use), times the SM count, at most one per row."""
-    group = _ce_smem.GROUP if plan.NR % _ce_smem.GROUP == 0 else 1
+    group, lag = _smem_grouping(plan.NR)
     kw = dict(constexprs, NR=plan.NR, NT=plan.NT, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NUM_WARPS=_ce_smem.NUM_WARPS,
-              GROUP=group, LOG2E=_ce_smem.LOG2E, LAG=min(_ce_smem.LAG, plan.NR // group), num_warps=_ce_smem.NUM_WARPS)
+              GROUP=group, LAG=lag, LOG2E=_ce_smem.LOG2E, num_warps=_ce_smem.NUM_WARPS)
     idx = _device_index(device)
     key = (tuple(sorted(kw.items())), args[0].dtype, args[3].dtype, idx)
     per_sm = _SMEM_PROGRAMS_PER_SM.get(key)
