@@ -5,6 +5,7 @@
 #          stability, fwd+bwd time against the online path and torch (exits non-zero on a failure)
 # cetests: tests/ops/test_cross_entropy.py on the GPU (gpu-marked included, not slow)
 # cebench: roofkit bench cross_entropy --suite acceptance, every provider
+# cegeneric: the registry's cross_entropy cases on the GPU (tests/test_ops_generic.py -k cross_entropy)
 set -uo pipefail
 . benchmarks/gpu_env.sh
 for step in "$@"; do
@@ -15,6 +16,7 @@ for step in "$@"; do
     cetests) ROOFKIT_AUTOTUNE=0 timeout 240 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_cross_entropy.py > "$R/pytest-gpu-cross_entropy.txt" 2>&1; tail -4 "$R/pytest-gpu-cross_entropy.txt" ;;
     cebench) timeout 300 python3 -m roofkit.cli bench cross_entropy --suite acceptance --out "$R/bench-acceptance-cross_entropy" > "$R/bench-acceptance-cross_entropy.txt" 2>&1
         grep -E "fwd_bwd|GB/s" "$R/bench-acceptance-cross_entropy.txt" | cut -c1-170 | head -40 ;;
+    cegeneric) ROOFKIT_AUTOTUNE=0 timeout 200 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/test_ops_generic.py -k cross_entropy > "$R/pytest-gpu-generic-cross_entropy.txt" 2>&1; tail -4 "$R/pytest-gpu-generic-cross_entropy.txt" ;;
     *) echo "unknown step $step" ;;
   esac
   tar -C "$OUT" -czf "$OUT/run.tar.gz" run
