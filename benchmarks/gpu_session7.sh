@@ -6,6 +6,9 @@
 # cetests: tests/ops/test_cross_entropy.py on the GPU (gpu-marked included, not slow)
 # cebench: roofkit bench cross_entropy --suite acceptance, every provider
 # cegeneric: the registry's cross_entropy cases on the GPU (tests/test_ops_generic.py -k cross_entropy)
+# sanitize: memcheck + racecheck of cross_entropy's registry cases with the staged-row kernel
+#           forced onto them (ROOFKIT_SANITIZE_FORCE=smem_ce) and on multi-chunk rows
+# ebcheck:  benchmarks/gpu_next.sh's step (embedding_bag's EARLY_CHECK True / False / True)
 set -uo pipefail
 . benchmarks/gpu_env.sh
 for step in "$@"; do
@@ -17,6 +20,9 @@ for step in "$@"; do
     cebench) timeout 300 python3 -m roofkit.cli bench cross_entropy --suite acceptance --out "$R/bench-acceptance-cross_entropy" > "$R/bench-acceptance-cross_entropy.txt" 2>&1
         grep -E "fwd_bwd|GB/s" "$R/bench-acceptance-cross_entropy.txt" | cut -c1-170 | head -40 ;;
     cegeneric) ROOFKIT_AUTOTUNE=0 timeout 200 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/test_ops_generic.py -k cross_entropy > "$R/pytest-gpu-generic-cross_entropy.txt" 2>&1; tail -4 "$R/pytest-gpu-generic-cross_entropy.txt" ;;
+    sanitize) for tool in memcheck racecheck; do
+        ROOFKIT_SANITIZE_FORCE=smem_ce timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_registry.py cross_entropy > "$R/sanitizer-$tool-ce.txt" 2>&1; echo "$tool rc=$?"; tail -3 "$R/sanitizer-$tool-ce.txt"; done ;;
+    ebcheck) bash benchmarks/gpu_next.sh ebcheck ;;
     *) echo "unknown step $step" ;;
   esac
   tar -C "$OUT" -czf "$OUT/run.tar.gz" run

@@ -5,8 +5,11 @@
     ROOFKIT_SANITIZE_FORCE=split_k,ptr_attention compute-sanitizer ... matmul scaled_dot_product_attention
 
 ROOFKIT_SANITIZE_FORCE names launch paths the small cases would not take by default, forced for
-the whole run: ``split_k`` (matmul's one-launch split-K, 3 K chunks per tile, 16x16 tiles) and
-``ptr_attention`` (the attention forward's pointer loads instead of tensor descriptors).
+the whole run: ``split_k`` (matmul's one-launch split-K, 3 K chunks per tile, 16x16 tiles),
+``ptr_attention`` (the attention forward's pointer loads instead of tensor descriptors) and
+``smem_ce`` (cross_entropy's staged-row kernel for every 16-bit case with a multiple of 8
+classes, plus rows of 9000, 20000 and 128256 classes: several chunks and a tail read from
+global memory).
 
 The CPU cases are the ones that reach the kernels' edges (ragged tiles, empty rows, odd strides,
 broadcast batches), at sizes the sanitizer runs in seconds. Without CUDA it runs the same calls
@@ -35,6 +38,27 @@ def _force(paths: set[str]) -> None:
         os.environ["ROOFKIT_AUTOTUNE"] = "0"
     if "ptr_attention" in paths:
         importlib.import_module("roofkit.ops.attention._launch").FWD_DESC = False
+    if "smem_ce" in paths:
+        ce = importlib.import_module("roofkit.ops.cross_entropy")
+        ce.ONE_PASS_MAX_N = 8
+        ce.GRAD_SPLIT_MAX_ROWS_PER_SM = 0
+
+
+def _smem_ce_rows(device: torch.device) -> int:
+    """cross_entropy's staged-row kernel on rows of several chunks (and a tail)."""
+    import importlib
+
+    ce = importlib.import_module("roofkit.ops.cross_entropy")
+    g = make_generator(1, device)
+    calls = 0
+    for (m, c), ls in [((3, 9000), 0.0), ((3, 20000), 0.1), ((2, 128256), 0.0)]:
+        x = (3 * torch.randn(m, c, generator=g, device=device)).to(torch.bfloat16).requires_grad_(True)
+        assert ce._smem_plan(x.detach(), True, False) is not None
+        t = torch.randint(0, c, (m,), generator=g, device=device)
+        loss = ce.cross_entropy(x, t, label_smoothing=ls)
+        torch.autograd.grad(loss, x, torch.randn_like(loss))
+        calls += 1
+    return calls
 
 
 def run(ops: list[str]) -> None:
@@ -58,6 +82,9 @@ def run(ops: list[str]) -> None:
                 if leaves and first.requires_grad and first.numel():
                     torch.autograd.grad(first, leaves, torch.randn_like(first), allow_unused=True)
                 calls += 1
+        if spec.name == "cross_entropy" and "smem_ce" in os.environ.get("ROOFKIT_SANITIZE_FORCE", "") \
+                and device.type == "cuda":
+            calls += _smem_ce_rows(device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         print(f"{spec.name}: {calls} calls", flush=True)
