@@ -2,6 +2,8 @@
 
 import importlib
 import math
+import os
+import pathlib
 
 import pytest
 import torch
@@ -169,6 +171,8 @@ def test_cross_entropy_allocates_no_float32_logit_sized_buffer(monkeypatch, devi
 def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_launch, device):
     for name in _KERNELS:
         forbid_launch(ce_module, name)
+    if ce_module._ce_smem is not None:
+        forbid_launch(ce_module._ce_smem, "_ce_smem_kernel")
     x = torch.empty((0, 7), device=device, requires_grad=True)
     t = torch.empty((0,), dtype=torch.int64, device=device)
     loss = cross_entropy(x, t)
@@ -294,3 +298,148 @@ def test_cross_entropy_refuses_double_backward_and_weight_grad(device):
     w = torch.rand(5, device=device, requires_grad=True)
     with pytest.raises(RuntimeError, match="weight"):
         cross_entropy(a, t, weight=w)
+
+
+# ----------------------------------------------------------------------------- staged-row path
+
+
+class _FakeLogits:
+    """What ``_smem_plan`` reads of a tensor, for checking its rules without a GPU."""
+
+    def __init__(self, shape, dtype=torch.bfloat16, stride=None, ptr=0, device="cuda:0"):
+        self.shape = shape
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self._stride = stride or (shape[1], 1)
+        self._ptr = ptr
+
+    def stride(self, dim=None):
+        return self._stride if dim is None else self._stride[dim]
+
+    def data_ptr(self):
+        return self._ptr
+
+    def element_size(self):
+        return torch.empty((), dtype=self.dtype).element_size()
+
+
+@pytest.fixture
+def h200_like(monkeypatch):
+    """A device with 132 SMs and 227 KB of shared memory per block, as the H200 reports."""
+    if ce_module._ce_smem is None:
+        pytest.skip("this Triton has no Gluon: the staged-row kernel is not built")
+    monkeypatch.setattr(ce_module, "interpreter_active", lambda: False)
+    monkeypatch.setattr(ce_module, "sm_count", lambda device: 132)
+    monkeypatch.setattr(ce_module, "shared_memory_limits", lambda index: (232448, 233472))
+    monkeypatch.setattr(ce_module.torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    monkeypatch.setattr(ce_module, "SMEM_PATH", True)
+
+
+def test_cross_entropy_smem_plan_rules(h200_like, monkeypatch):
+    plan = ce_module._smem_plan
+    # The acceptance shape: 14 chunks of 8192 classes in shared memory, 2 read twice (10.6 %).
+    assert plan(_FakeLogits((8192, 128256)), True, False) == ce_module.SmemPlan(14, 2)
+    assert plan(_FakeLogits((8192, 32000), torch.float16), True, False) == ce_module.SmemPlan(4, 0)
+    # Each rule refuses on its own.
+    refused = [
+        (_FakeLogits((8192, 128256)), False, False),  # no gradient: the forward reads once already
+        (_FakeLogits((8192, 128256)), True, True),  # class weights
+        (_FakeLogits((8192, 128256), torch.float32), True, False),  # 32-bit rows do not fit
+        (_FakeLogits((8192, 50257)), True, False),  # rows not a multiple of 8 classes
+        (_FakeLogits((8192, 128256), stride=(128264, 2)), True, False),  # class stride 2
+        (_FakeLogits((8192, 128256), stride=(128260, 1)), True, False),  # row stride breaks 16-byte alignment
+        (_FakeLogits((8192, 128256), ptr=8), True, False),  # misaligned base
+        (_FakeLogits((8192, 8192)), True, False),  # fits one program's registers: row-block kernel
+        (_FakeLogits((131, 128256)), True, False),  # fewer rows than SMs: split rows
+        (_FakeLogits((8192, 262144)), True, False),  # over a quarter of the row past shared memory
+        (_FakeLogits((8192, 128256), device="cpu"), True, False),
+    ]
+    for x, grad, weight in refused:
+        assert plan(x, grad, weight) is None, (x.shape, x.dtype, x.stride(), x.data_ptr(), x.device)
+    monkeypatch.setattr(ce_module.torch.cuda, "get_device_capability", lambda index=None: (7, 5))
+    assert plan(_FakeLogits((8192, 128256)), True, False) is None  # no cp.async before sm_80
+    monkeypatch.setattr(ce_module.torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    monkeypatch.setattr(ce_module, "SMEM_PATH", False)
+    assert plan(_FakeLogits((8192, 128256)), True, False) is None  # ROOFKIT_CE_SMEM=0
+
+
+def test_cross_entropy_smem_grouping():
+    if ce_module._ce_smem is None:
+        pytest.skip("this Triton has no Gluon: the staged-row kernel is not built")
+    assert ce_module._smem_grouping(14) == (7, 1)  # two groups of half the chunks, lag 1
+    assert ce_module._smem_grouping(4) == (2, 1)
+    assert ce_module._smem_grouping(7) == (1, 2)  # odd: groups of one chunk
+    assert ce_module._smem_grouping(1) == (1, 1)
+
+
+_COMPILE_SMEM_KERNEL = r"""
+import importlib, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+ce = importlib.import_module("roofkit.ops.cross_entropy")
+k = ce._ce_smem
+out = []
+for c, smooth in json.loads(sys.argv[1]):
+    nch = triton.cdiv(c, k.CH)
+    nr = min(nch, (232448 - ce.SMEM_RESERVE) // (k.CH * 2))
+    group, lag = ce._smem_grouping(nr)
+    sig = {"x_ptr": "*bf16", "t_ptr": "*i64", "scal_ptr": "*fp32", "loss_ptr": "*fp32", "grad_ptr": "*bf16",
+           "M": "i32", "C": "i32", "stride_xm": "i32", "stride_t": "i32", "ignore_index": "i64",
+           "label_smoothing": "fp32"}
+    consts = {"SMOOTH": smooth, "MEAN": True, "CH": k.CH, "VEC": k.VEC, "NR": nr, "NT": nch - nr,
+              "NUM_WARPS": k.NUM_WARPS, "GROUP": group, "LAG": lag, "LOG2E": k.LOG2E}
+    sig.update({name: "constexpr" for name in consts})
+    attrs = {(0,): [["tt.divisibility", 16]], (4,): [["tt.divisibility", 16]]}
+    compiled = triton.compile(GluonASTSource(k._ce_smem_kernel, sig, consts, attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": k.NUM_WARPS})
+    ptx = compiled.asm["ptx"]
+    out.append({"c": c, "resident_bytes": nr * k.CH * 2, "shared": compiled.metadata.shared,
+                "cp_async_16": "cp.async.cg.shared.global" in ptx and ", 0x10," in ptx,
+                "ex2_ftz": "ex2.approx.ftz.f32" in ptx})
+print(json.dumps(out))
+"""
+
+
+def test_cross_entropy_smem_kernel_compiles_for_sm90_within_its_shared_memory(tmp_path):
+    # No GPU needed: the Gluon kernel compiled for sm_90 by Triton's bundled ptxas, with the
+    # launcher's grouping, in a fresh process (the test session runs the interpreter, which
+    # cannot build Gluon) and a fresh cache. The shared memory it asks for must stay inside
+    # what the plan counted (resident chunks + SMEM_RESERVE), and its copies must be 16-byte
+    # cp.async.
+    if ce_module._ce_smem is None:
+        pytest.skip("this Triton has no Gluon: the staged-row kernel is not built")
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    src = str(pathlib.Path(ce_module.__file__).resolve().parents[2])  # the directory holding roofkit/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH", "")] if p)
+    configs = [[128256, False], [32000, True], [9000, False]]
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SMEM_KERNEL, json.dumps(configs)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [r["c"] for r in results] == [c for c, _ in configs]
+    for r in results:
+        assert r["resident_bytes"] <= r["shared"] <= r["resident_bytes"] + ce_module.SMEM_RESERVE, r
+        assert r["cp_async_16"] and r["ex2_ftz"], r
+
+
+@pytest.mark.gpu
+def test_cross_entropy_smem_path_is_taken_and_matches_the_online_path(monkeypatch):
+    # The acceptance shape's rows take the staged-row kernel on a GPU like the H200 (the plan
+    # read from the device), and it agrees with the online two-pass kernel row by row.
+    x = (3 * torch.randn(264, 128256, device="cuda")).to(torch.bfloat16).requires_grad_(True)
+    t = torch.randint(0, 128256, (264,), device="cuda")
+    t[::7] = -100
+    assert ce_module._smem_plan(x.detach(), True, False) is not None
+    out = {}
+    for smem in (True, False):
+        monkeypatch.setattr(ce_module, "SMEM_PATH", smem)
+        loss = cross_entropy(x, t, reduction="none", label_smoothing=0.1)
+        out[smem] = (loss.float(), torch.autograd.grad(loss.sum(), x)[0].float())
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=2e-2, atol=1e-7)
