@@ -17,6 +17,27 @@ def interpreter_active() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def on_input_device(fn):
+    """Decorator for the public ops: run ``fn`` with the current CUDA device set to the device
+    of its first CUDA tensor argument. Triton launches on the current device, so without this
+    an input on another GPU than the current one would be read by a kernel on the wrong GPU.
+    Nothing is done on CPU, under torch.compile's tracing (the compiled graph sets devices
+    itself) or when the device is already current."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not torch.compiler.is_compiling():
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, torch.Tensor) and a.is_cuda:
+                    if a.device.index != torch.cuda.current_device():
+                        with torch.cuda.device(a.device):
+                            return fn(*args, **kwargs)
+                    break
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def bf16_rne(dtype: torch.dtype) -> bool:
     """Whether kernels must round bfloat16 stores by hand (see ``_jit._round_for_store``)."""
     return dtype == torch.bfloat16 and interpreter_active()

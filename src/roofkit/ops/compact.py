@@ -50,7 +50,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait, libdevic
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, check_same_device, check_tensor, interpreter_active, needs_int64
+from ._common import FLOAT_DTYPES, check_same_device, check_tensor, interpreter_active, needs_int64, on_input_device
 
 VALUE_DTYPES = FLOAT_DTYPES + (
     torch.float64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
@@ -690,6 +690,7 @@ def _prepare(op: str, input, mask) -> tuple[torch.Tensor, torch.Tensor]:
     return x.contiguous(), m.contiguous()
 
 
+@on_input_device
 def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The elements of ``input`` where ``mask`` is True, in row-major order of their broadcast shape.
 
@@ -730,6 +731,7 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _masked_select_op(x, m)
 
 
+@on_input_device
 def compact(input: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Order-preserving compaction without a host synchronization: ``values[:count]`` equals
     ``torch.masked_select(input, mask)``.

@@ -41,8 +41,8 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
-from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64, next_pow2,
-                      registers_per_sm, shared_memory_limits, sm_count)
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64,
+                      next_pow2, on_input_device, registers_per_sm, shared_memory_limits, sm_count)
 from ._jit import _round_for_store
 from .softmax import _post_and_wait, _split_position
 
@@ -805,6 +805,7 @@ torch.library.register_autograd("roofkit::cross_entropy_fused", _backward, setup
 # ----------------------------------------------------------------------------- public function
 
 
+@on_input_device
 def cross_entropy(
     input: torch.Tensor,
     target: torch.Tensor,

@@ -42,7 +42,8 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, needs_int64, next_pow2, sm_count
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, needs_int64, next_pow2, on_input_device,
+                      sm_count)
 from ._jit import _round_for_store
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -925,6 +926,7 @@ def _check_companion(op: str, name: str, t, input: torch.Tensor, dtypes) -> None
     check_tensor(op, name, t, dtypes=dtypes)
 
 
+@on_input_device
 def embedding_bag(
     input: torch.Tensor,
     weight: torch.Tensor,

@@ -28,7 +28,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, sm_count
+from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, on_input_device, sm_count
 from ._jit import _round_for_store
 from .rms_norm import _as_shape
 
@@ -498,6 +498,7 @@ def _check_param(op: str, name: str, t, input: torch.Tensor, normalized_shape: t
     return t.contiguous()
 
 
+@on_input_device
 def layer_norm(
     input: torch.Tensor,
     normalized_shape,

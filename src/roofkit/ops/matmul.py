@@ -35,7 +35,7 @@ from ..harness.roofline import gemm_waves
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from . import _autotune, _gemm
 from ._autotune import Tuner, bucket
-from ._common import FLOAT_DTYPES, check_same_device, check_tensor, next_pow2, sm_count
+from ._common import FLOAT_DTYPES, check_same_device, check_tensor, next_pow2, on_input_device, sm_count
 from ._gemm import ACTIVATIONS, Config
 
 _ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
@@ -455,6 +455,7 @@ def _check_bias(op: str, bias, input, n: int) -> None:
         raise ValueError(f"roofkit.{op}: bias must have shape ({n},), got {tuple(bias.shape)}")
 
 
+@on_input_device
 def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=None, out_dtype=None):
     """out = act(alpha * (input @ other) + beta * c + bias), in one kernel.
 
@@ -516,6 +517,7 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
     return _matmul_op(input, other, c, bias, act, alpha, beta, out_dtype)
 
 
+@on_input_device
 def linear(input, weight, bias=None, activation=None):
     """act(input @ weight.T + bias), mirroring torch.nn.functional.linear plus a fused activation.
 

@@ -34,7 +34,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, next_pow2, sm_count
+from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, next_pow2, on_input_device, sm_count
 from ._jit import _round_for_store
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -475,6 +475,7 @@ def _prepare(op: str, input, dim, keepdim, dtype=None):
     return input, sorted(dims), scalar
 
 
+@on_input_device
 def sum(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Sum over ``dim``: out[o] = sum of input[o, r] over the reduced positions r.
 
@@ -514,6 +515,7 @@ def sum(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dt
     return y.reshape(()) if scalar else y
 
 
+@on_input_device
 def mean(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Mean over ``dim``: the float32 sum of the reduced elements divided by their count.
 
@@ -527,6 +529,7 @@ def mean(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.d
     return y.reshape(()) if scalar else y
 
 
+@on_input_device
 def amax(input: torch.Tensor, dim=(), keepdim: bool = False) -> torch.Tensor:
     """Maximum over ``dim``: out[o] = max of input[o, r]; NaN if any of those elements is NaN.
 

@@ -27,7 +27,8 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, rows_of, sm_count
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, on_input_device, rows_of,
+                      sm_count)
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -364,6 +365,7 @@ def _as_shape(op: str, normalized_shape) -> tuple[int, ...]:
     return tuple(out)
 
 
+@on_input_device
 def rms_norm(
     input: torch.Tensor,
     normalized_shape,

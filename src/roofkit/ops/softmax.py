@@ -33,7 +33,8 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, interpreter_active, needs_int64, next_pow2, normalize_dim, row_view, rows_of, sm_count
+from ._common import (FLOAT_DTYPES, bf16_rne, check_tensor, interpreter_active, needs_int64, next_pow2, normalize_dim,
+                      on_input_device, row_view, rows_of, sm_count)
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -492,6 +493,7 @@ def _prepare(op: str, input, dim, dtype):
     return input, dim, False
 
 
+@on_input_device
 def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Softmax along ``dim``: y_i = exp(x_i - max x) / sum_j exp(x_j - max x).
 
@@ -525,6 +527,7 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
     return y.reshape(()) if scalar else y
 
 
+@on_input_device
 def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Log-softmax along ``dim``: y_i = x_i - max x - log(sum_j exp(x_j - max x)).
 

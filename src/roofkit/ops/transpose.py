@@ -31,7 +31,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import interpreter_active, next_pow2
+from ._common import interpreter_active, next_pow2, on_input_device
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -297,6 +297,7 @@ def _check_dim(op: str, name: str, d, ndim: int) -> int:
     return d % lim
 
 
+@on_input_device
 def transpose(input: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
     """``input`` with dims ``dim0`` and ``dim1`` swapped, as a new contiguous tensor.
 

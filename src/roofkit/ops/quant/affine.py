@@ -18,7 +18,7 @@ import triton.language as tl
 from ...harness import baselines
 from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, case
-from .._common import FLOAT_DTYPES, check_same_device, check_tensor, needs_int64, next_pow2, sm_count
+from .._common import FLOAT_DTYPES, check_same_device, check_tensor, needs_int64, next_pow2, on_input_device, sm_count
 from ._common import Q_DTYPES, _channel_shape, _check_zero_point_range, _esize, _I8
 
 # quantize clamps x / S to +-QUANT_CLAMP before rounding (the result is clamped to [qmin, qmax]
@@ -409,6 +409,7 @@ def _check_axis(op: str, axis, ndim: int) -> int | None:
 # ----------------------------------------------------------------------------- public functions
 
 
+@on_input_device
 def quantize(x: torch.Tensor, *, axis: int | None = None, dtype: torch.dtype = torch.int8):
     """Affine quantization r = S (q - Z), asymmetric, per tensor or per channel along ``axis``.
 
@@ -452,6 +453,7 @@ def quantize(x: torch.Tensor, *, axis: int | None = None, dtype: torch.dtype = t
     return _quantize_op(x, ax, dtype)
 
 
+@on_input_device
 def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *, axis: int | None = None) -> torch.Tensor:
     """r = S (q - Z) in float32, per tensor or per channel along ``axis``.
 

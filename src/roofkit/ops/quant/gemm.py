@@ -18,7 +18,8 @@ import triton.language as tl
 from ...harness import baselines
 from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, Tolerance, case
-from .._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, next_pow2
+from .._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, next_pow2,
+                       on_input_device)
 from .._jit import _round_for_store
 from ._common import FP8_DTYPES, OUT_DTYPES, _channel_shape, _check_zero_point_range, _esize, _I8
 from .affine import quantize_torch
@@ -435,6 +436,7 @@ def _check_gemm_operands(op: str, a, b, names, dtypes) -> None:
 # ----------------------------------------------------------------------------- public functions
 
 
+@on_input_device
 def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_point_a: torch.Tensor | None,
                 scale_b: torch.Tensor, zero_point_b: torch.Tensor | None, *, bias: torch.Tensor | None = None,
                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -492,6 +494,7 @@ def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_
     return _int8_matmul_op(qa, qb, scale_a, zero_point_a, scale_b, zero_point_b, bias, out_dtype)
 
 
+@on_input_device
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
               use_fast_accum: bool = False) -> torch.Tensor:

@@ -9,7 +9,7 @@ import numbers
 
 import torch
 
-from .._common import check_same_device, check_tensor, normalize_dim
+from .._common import check_same_device, check_tensor, normalize_dim, on_input_device
 from ._launch import _scatter_add_forward, _scatter_gather_backward
 
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -84,6 +84,7 @@ def _resolve_deterministic(op: str, deterministic) -> bool:
     return deterministic
 
 
+@on_input_device
 def scatter_add(
     input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, *, deterministic: bool | None = None
 ) -> torch.Tensor:
@@ -155,6 +156,7 @@ def scatter_add(
     return _scatter_add_op(input, d, index, src, 1.0, False, det)
 
 
+@on_input_device
 def index_add(
     input: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1,
     deterministic: bool | None = None,
