@@ -853,8 +853,9 @@ def cross_entropy(
         forward writes it (input dtype, already scaled by the reduction) and the backward
         multiplies it by grad_output in place, doing nothing when grad_output is exactly 1:
         a grad_output other than 1 (or a power of 2) rounds the gradient a second time, up to
-        one more unit of the last place (torch rounds once). On CUDA, 16-bit rows of at most
-        ~1.33x what one SM's shared memory holds (128256 classes on an H100 / H200) take the
+        one more unit of the last place (torch rounds once). On CUDA, unweighted 16-bit rows
+        of a multiple of 8 classes, at most a quarter of them past one program's shared memory
+        (up to 147456 classes on an H100 / H200), with as many rows as SMs, take the
         staged-row kernel: the row read once into shared memory, exponentials by the SFU's
         ex2.approx (ftz; relative error ~2**-22). The backward is single-use: a second
         backward through the same graph raises autograd's "modified by an inplace operation"
