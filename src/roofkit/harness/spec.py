@@ -89,14 +89,23 @@ class Tolerance:
     """Error policy of an op.
 
     ``l2_factor``: the relative-L2 error may be at most this times torch's own error in the same
-    dtype, plus ``l2_floor[dtype]``. Elementwise: ``rtol[dtype]`` and ``atol[dtype]`` as above;
-    ``atol`` grows as sqrt(reduction_length / 1024) for reductions longer than 1024 elements.
+    dtype, plus ``l2_floor[dtype]``. ``grad_l2_floor`` (optional): the floor for the gradients
+    instead, for ops whose documented numerics round a gradient more often than torch does.
+    Elementwise: ``rtol[dtype]`` and ``atol[dtype]`` as above; ``atol`` grows as
+    sqrt(reduction_length / 1024) for reductions longer than 1024 elements.
     """
 
     rtol: Mapping[torch.dtype, float] = field(default_factory=lambda: dict(DEFAULT_RTOL))
     atol: Mapping[torch.dtype, float] = field(default_factory=lambda: dict(DEFAULT_ATOL))
     l2_floor: Mapping[torch.dtype, float] = field(default_factory=lambda: dict(DEFAULT_L2_FLOOR))
     l2_factor: float = 2.0
+    grad_l2_floor: Mapping[torch.dtype, float] | None = None
+
+    def floor(self, dtype: torch.dtype, gradient: bool = False) -> float:
+        """The relative-L2 floor of an output (``gradient``: an input's gradient) of ``dtype``."""
+        if gradient and self.grad_l2_floor is not None:
+            return self.grad_l2_floor[dtype]
+        return self.l2_floor[dtype]
 
     def elementwise(self, dtype: torch.dtype, reduction_length: int = 1) -> tuple[float, float]:
         grow = math.sqrt(max(1.0, reduction_length / 1024))

@@ -435,7 +435,7 @@ def check_outputs(spec: OpSpec, case: Case, dtype: torch.dtype, refs, expected, 
                 name, o, r, e,
                 rtol=rtol, atol=atol,
                 l2_factor=spec.tolerance.l2_factor,
-                l2_floor=spec.tolerance.l2_floor[odt],
+                l2_floor=spec.tolerance.floor(odt, gradient=name.startswith("grad[")),
                 device=device,
             )
         )

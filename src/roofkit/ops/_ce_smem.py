@@ -38,6 +38,7 @@ NUM_WARPS = 32
 GROUP = None
 LAG = None
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
 @gluon.jit
@@ -101,7 +102,7 @@ def _ce_smem_kernel(
     x_ptr, t_ptr, scal_ptr, loss_ptr, grad_ptr, M, C, stride_xm, stride_t, ignore_index, label_smoothing,
     SMOOTH: gl.constexpr, MEAN: gl.constexpr,
     CH: gl.constexpr, VEC: gl.constexpr, NR: gl.constexpr, NT: gl.constexpr, NUM_WARPS: gl.constexpr,
-    GROUP: gl.constexpr, LAG: gl.constexpr, LOG2E: gl.constexpr,
+    GROUP: gl.constexpr, LAG: gl.constexpr, LOG2E: gl.constexpr, LN2: gl.constexpr,
 ):
     """Rows pid, pid + G, ... of the logits; see the module docstring. Chunks move in groups of
     GROUP (one cp.async commit group each, NG groups per row; GROUP divides NR). Pass A of the next row runs
@@ -112,6 +113,7 @@ def _ce_smem_kernel(
     NCH: gl.constexpr = NR + NT
     NG: gl.constexpr = NR // GROUP
     gl.static_assert(NR % GROUP == 0)
+    gl.static_assert((LAG >= 1) & (LAG <= NR // GROUP))
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32, 1], [NUM_WARPS, 1], [1, 0])
     row_l: gl.constexpr = gl.SliceLayout(1, layout)
     smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [NR, ROWS, VEC],
@@ -176,9 +178,14 @@ def _ce_smem_kernel(
             m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH, SMOOTH, LOG2E)
         m = gl.max(m_t, axis=0)
         dead = m == -float("inf")
+        # The exponentials are taken relative to ml = fl(m * log2 e), not m * log2 e: sum_j
+        # exp(x_j) = 2**ml * s, so log-sum-exp = m + (log s - r ln 2) with r = m log2 e - ml, the
+        # product's rounding error, exact by an FMA. (The kernel is compiled without FP
+        # contraction, so every other product by LOG2E is rounded the same way as here, and a
+        # rescale by an unchanged maximum is exactly 1.)
         ml = gl.where(dead, 0.0, m) * LOG2E
         s = gl.sum(s_t * _exp2(m_t * LOG2E - ml), axis=0)
-        log_s = gl.log(s)
+        log_s = gl.log(s) - gl.where(dead, 0.0, gl.fma(m, LOG2E, -ml)) * LN2
 
         # Loss (torch's: 0 on ignored rows; NaN on an out-of-range target, which the host
         # reports as IndexError).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 import os
 
@@ -18,23 +19,33 @@ def interpreter_active() -> bool:
 
 
 def on_input_device(fn):
-    """Decorator for the public ops: run ``fn`` with the current CUDA device set to the device
-    of its first CUDA tensor argument. Triton launches on the current device, so without this
-    an input on another GPU than the current one would be read by a kernel on the wrong GPU.
-    Nothing is done on CPU, under torch.compile's tracing (the compiled graph sets devices
-    itself) or when the device is already current."""
+    """Decorator for the public ops and the bodies of their custom ops: run ``fn`` with the
+    current CUDA device set to the device of its first CUDA tensor argument. Triton launches on
+    the current device, so without this an input on another GPU than the current one would be
+    read by a kernel on the wrong GPU. The custom-op bodies carry it too, so every
+    torch.compile backend and direct ``torch.ops.roofkit`` calls get it. Nothing is done on
+    CPU, while torch.compile traces (the custom ops' bodies run later), for tensors that claim
+    CUDA before CUDA is initialized (fake tensors on a CPU-only build), or when the device is
+    already current."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if not torch.compiler.is_compiling():
             for a in (*args, *kwargs.values()):
-                if isinstance(a, torch.Tensor) and a.is_cuda:
+                if isinstance(a, torch.Tensor) and a.is_cuda and torch.cuda.is_initialized():
                     if a.device.index != torch.cuda.current_device():
                         with torch.cuda.device(a.device):
                             return fn(*args, **kwargs)
                     break
         return fn(*args, **kwargs)
 
+    # The signature with its annotations evaluated in fn's module: torch.library.custom_op
+    # evaluates string annotations (`from __future__ import annotations`) in the globals of the
+    # function it is given, which are this module's for the wrapper.
+    try:
+        wrapper.__signature__ = inspect.signature(fn, eval_str=True)
+    except Exception:
+        pass
     return wrapper
 
 

@@ -620,6 +620,7 @@ def _masked_expand(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.library.custom_op("roofkit::compact", mutates_args=())
+@on_input_device
 def _compact_op(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _compact_forward(x, mask)
 
@@ -630,6 +631,7 @@ def _(x, mask):
 
 
 @torch.library.custom_op("roofkit::masked_select", mutates_args=())
+@on_input_device
 def _masked_select_op(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _masked_select_forward(x, mask)
 
@@ -641,6 +643,7 @@ def _(x, mask):
 
 
 @torch.library.custom_op("roofkit::masked_expand", mutates_args=())
+@on_input_device
 def _masked_expand_op(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _masked_expand(grad, mask)
 

@@ -260,7 +260,10 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
     and the device on first use), times the SM count, at most one per row."""
     group, lag = _smem_grouping(plan.NR)
     kw = dict(constexprs, NR=plan.NR, NT=plan.NT, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NUM_WARPS=_ce_smem.NUM_WARPS,
-              GROUP=group, LAG=lag, LOG2E=_ce_smem.LOG2E, num_warps=_ce_smem.NUM_WARPS)
+              GROUP=group, LAG=lag, LOG2E=_ce_smem.LOG2E, LN2=_ce_smem.LN2, num_warps=_ce_smem.NUM_WARPS,
+              # No FP contraction: the kernel's rescales rely on every x * LOG2E being rounded
+              # alike (an FMA-fused one made alpha != 1 for an unchanged maximum; hostile review).
+              enable_fp_fusion=False)
     idx = _device_index(device)
     key = (tuple(sorted(kw.items())), args[0].dtype, args[3].dtype, idx)
     per_sm = _SMEM_PROGRAMS_PER_SM.get(key)
@@ -744,6 +747,7 @@ def _fake_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
 
 
 @torch.library.custom_op("roofkit::cross_entropy_fwd", mutates_args=())
+@on_input_device
 def _cross_entropy_fwd_op(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
                           reduction: str, label_smoothing: float) -> torch.Tensor:
     return _cross_entropy_forward(x, target, weight, ignore_index, reduction, label_smoothing, False)[0]
@@ -755,6 +759,7 @@ def _(x, target, weight, ignore_index, reduction, label_smoothing):
 
 
 @torch.library.custom_op("roofkit::cross_entropy_fused", mutates_args=())
+@on_input_device
 def _cross_entropy_fused_op(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
                             reduction: str, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
     return _cross_entropy_forward(x, target, weight, ignore_index, reduction, label_smoothing, True)
@@ -766,6 +771,7 @@ def _(x, target, weight, ignore_index, reduction, label_smoothing):
 
 
 @torch.library.custom_op("roofkit::cross_entropy_scale_grad", mutates_args=("grad",))
+@on_input_device
 def _cross_entropy_scale_grad_op(grad: torch.Tensor, grad_output: torch.Tensor) -> None:
     _scale_grad(grad, grad_output)
 
@@ -1084,12 +1090,14 @@ def _liger():
 
 # Error budget: the gradient is rounded to the input dtype in the forward and, when grad_output is
 # not exactly 1, rounded again after the backward's multiplication (Numerics in the docstring).
-# torch rounds once, so the relative-L2 floor of 16-bit dtypes adds one more rounding's worst
-# case (2**-8 for bfloat16, 2**-11 for float16): it is reached when the norm of the gradient is
-# the many target entries of nearly equal value (-1/n each with a large vocabulary), whose
-# rounding errors are then all the same. Measured: 264x128256 bfloat16 with grad_output
-# -0.6055, relative L2 0.0045 for the two roundings against 0.0010 for one.
-_TOLERANCE = Tolerance(l2_floor={**Tolerance().l2_floor, torch.bfloat16: 1e-3 + 2**-8, torch.float16: 1e-4 + 2**-11})
+# torch rounds once, so the gradient's relative-L2 floor for 16-bit dtypes adds one more
+# rounding's worst case (2**-8 for bfloat16, 2**-11 for float16): it is reached when the norm of
+# the gradient is the many target entries of nearly equal value (-1/n each with a large
+# vocabulary), whose rounding errors are then all the same. Measured: 264x128256 bfloat16 with
+# grad_output -0.6055, relative L2 0.0045 for the two roundings against 0.0010 for one. The
+# loss keeps the default budget.
+_TOLERANCE = Tolerance(grad_l2_floor={**Tolerance().l2_floor, torch.bfloat16: 1e-3 + 2**-8,
+                                      torch.float16: 1e-4 + 2**-11})
 
 SPEC = OpSpec(
     name="cross_entropy",

@@ -827,6 +827,7 @@ def _embedding_bag_sparse_backward(grad, indices, weight, psw, count, argmax, ba
 
 
 @torch.library.custom_op("roofkit::embedding_bag_fwd", mutates_args=())
+@on_input_device
 def _embedding_bag_fwd_op(
     indices: torch.Tensor, offsets: Optional[torch.Tensor], weight: torch.Tensor,
     per_sample_weights: Optional[torch.Tensor], mode: int, padding_idx: int, num_bags: int, bag_length: int,
@@ -849,6 +850,7 @@ def _(indices, offsets, weight, per_sample_weights, mode, padding_idx, num_bags,
 
 
 @torch.library.custom_op("roofkit::embedding_bag_bwd", mutates_args=())
+@on_input_device
 def _embedding_bag_bwd_op(
     grad: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor, per_sample_weights: Optional[torch.Tensor],
     count: torch.Tensor, argmax: torch.Tensor, bags: torch.Tensor, mode: int, padding_idx: int, num_bags: int,
@@ -868,6 +870,7 @@ def _(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padd
 
 
 @torch.library.custom_op("roofkit::embedding_bag_sparse_bwd", mutates_args=())
+@on_input_device
 def _embedding_bag_sparse_bwd_op(
     grad: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor, per_sample_weights: Optional[torch.Tensor],
     count: torch.Tensor, argmax: torch.Tensor, bags: torch.Tensor, mode: int, padding_idx: int, num_bags: int,

@@ -437,6 +437,7 @@ def _layer_norm_backward(dy, x, weight, has_bias: bool, mean, rstd, norm_ndim: i
 
 
 @torch.library.custom_op("roofkit::layer_norm_fwd", mutates_args=())
+@on_input_device
 def _layer_norm_fwd_op(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, norm_ndim: int, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -451,6 +452,7 @@ def _(x, weight, bias, norm_ndim, eps):
 
 
 @torch.library.custom_op("roofkit::layer_norm_bwd", mutates_args=())
+@on_input_device
 def _layer_norm_bwd_op(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has_bias: bool,
     mean: torch.Tensor, rstd: torch.Tensor, norm_ndim: int,

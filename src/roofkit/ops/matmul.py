@@ -306,6 +306,7 @@ def _act_name(activation: str) -> str | None:
 
 
 @torch.library.custom_op("roofkit::matmul", mutates_args=())
+@on_input_device
 def _matmul_op(
     a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, bias: torch.Tensor | None, activation: str,
     alpha: float, beta: float, out_dtype: torch.dtype | None,
@@ -372,6 +373,7 @@ torch.library.register_autograd("roofkit::matmul", _matmul_backward, setup_conte
 
 
 @torch.library.custom_op("roofkit::linear", mutates_args=())
+@on_input_device
 def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     k, n = x.shape[-1], weight.shape[0]
     y = _matmul_forward(x.reshape(_rows(x), k), weight.t(), None, bias, _act_name(activation), 1.0, 0.0, None)

@@ -394,6 +394,7 @@ def _reduce_forward(x: torch.Tensor, dims: list[int], keepdim: bool, kind: str, 
 
 
 @torch.library.custom_op("roofkit::reduce", mutates_args=())
+@on_input_device
 def _reduce_op(
     x: torch.Tensor, dims: list[int], keepdim: bool, kind: str, out_dtype: Optional[torch.dtype]
 ) -> torch.Tensor:

@@ -304,6 +304,7 @@ def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None):
 
 
 @torch.library.custom_op("roofkit::rms_norm_fwd", mutates_args=())
+@on_input_device
 def _rms_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     return _rms_norm_forward(x, weight, eps)
 
@@ -316,6 +317,7 @@ def _(x, weight, eps):
 
 
 @torch.library.custom_op("roofkit::rms_norm_bwd", mutates_args=())
+@on_input_device
 def _rms_norm_bwd_op(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:

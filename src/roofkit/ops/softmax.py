@@ -444,6 +444,7 @@ def _softmax_backward(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool, 
 
 
 @torch.library.custom_op("roofkit::softmax_fwd", mutates_args=())
+@on_input_device
 def _softmax_fwd_op(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     return _softmax_forward(x, dim, log)
 
@@ -454,6 +455,7 @@ def _(x, dim, log):
 
 
 @torch.library.custom_op("roofkit::softmax_bwd", mutates_args=())
+@on_input_device
 def _softmax_bwd_op(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     return _softmax_backward(grad, y, dim, log)
 

@@ -243,6 +243,7 @@ def _transpose_forward(x: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
 
 
 @torch.library.custom_op("roofkit::transpose", mutates_args=())
+@on_input_device
 def _transpose_op(x: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
     return _transpose_forward(x, dim0, dim1)
 

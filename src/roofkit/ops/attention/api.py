@@ -19,6 +19,7 @@ MAX_HEAD_DIM = 256
 
 
 @torch.library.custom_op("roofkit::attention_fwd", mutates_args=())
+@on_input_device
 def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                       deterministic: bool, keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, base-2 lse, fp32 out or empty); ``deterministic`` only selects the backward."""
@@ -33,6 +34,7 @@ def _(q, k, v, causal, scale, deterministic, keep_fp32):
 
 
 @torch.library.custom_op("roofkit::attention_bwd", mutates_args=())
+@on_input_device
 def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                       lse: torch.Tensor, dlse: torch.Tensor | None, causal: bool, scale: float,
                       deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -366,6 +366,7 @@ def _dequantize_forward(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.
 
 
 @torch.library.custom_op("roofkit::quantize", mutates_args=())
+@on_input_device
 def _quantize_op(x: torch.Tensor, axis: int | None, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _quantize_forward(x, axis, dtype)
 
@@ -378,6 +379,7 @@ def _(x, axis, dtype):
 
 
 @torch.library.custom_op("roofkit::dequantize", mutates_args=())
+@on_input_device
 def _dequantize_op(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, axis: int | None) -> torch.Tensor:
     return _dequantize_forward(q, scale, zero_point, axis)
 

@@ -366,6 +366,7 @@ def _qmm_forward(a, b, sa, sb, za, zb, bias, out_dtype, is_int: bool, precise: b
 
 
 @torch.library.custom_op("roofkit::int8_matmul", mutates_args=())
+@on_input_device
 def _int8_matmul_op(
     qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_point_a: torch.Tensor | None,
     scale_b: torch.Tensor, zero_point_b: torch.Tensor | None, bias: torch.Tensor | None, out_dtype: torch.dtype,
@@ -379,6 +380,7 @@ def _(qa, qb, scale_a, zero_point_a, scale_b, zero_point_b, bias, out_dtype):
 
 
 @torch.library.custom_op("roofkit::scaled_mm", mutates_args=())
+@on_input_device
 def _scaled_mm_op(
     a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: torch.Tensor | None,
     out_dtype: torch.dtype, use_fast_accum: bool,

@@ -19,6 +19,7 @@ INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 @torch.library.custom_op("roofkit::scatter_add", mutates_args=())
+@on_input_device
 def _scatter_add_op(
     input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, alpha: float,
     index_add: bool, deterministic: bool,
@@ -33,6 +34,7 @@ def _(input, dim, index, src, alpha, index_add, deterministic):
 
 
 @torch.library.custom_op("roofkit::scatter_gather", mutates_args=())
+@on_input_device
 def _scatter_gather_op(
     grad: torch.Tensor, dim: int, index: torch.Tensor, src_shape: list[int], alpha: float, index_add: bool
 ) -> torch.Tensor:
