@@ -1,6 +1,7 @@
 """The command line: exit statuses and what it prints."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -66,3 +67,16 @@ def test_cli_report_compares_two_runs(tmp_path, capsys):
     assert main(["report", str(tmp_path / "a.json")]) == 0
     assert main(["report", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 1
     assert "regression" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("inherited", ["", "0"])
+def test_cli_switches_the_interpreter_on_without_a_gpu_whatever_the_environment_says(inherited, monkeypatch):
+    # An inherited TRITON_INTERPRET="" (or "0") used to survive setdefault, and every op then
+    # failed to compile for a GPU that is not there (fresh-user walkthrough, session 7).
+    from roofkit import cli
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the CLI leaves TRITON_INTERPRET alone")
+    monkeypatch.setenv("TRITON_INTERPRET", inherited)
+    assert cli._setup_backend() is False
+    assert os.environ["TRITON_INTERPRET"] == "1"

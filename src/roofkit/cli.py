@@ -18,7 +18,10 @@ def _setup_backend() -> bool:
 
     has_cuda = torch.cuda.is_available()
     if not has_cuda:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        # Set outright: an inherited empty or "0" value would leave Triton trying to compile
+        # for a GPU that is not there.
+        if os.environ.get("TRITON_INTERPRET", "") in ("", "0"):
+            os.environ["TRITON_INTERPRET"] = "1"
         # The interpreter evaluates masked-off lanes with numpy (e.g. -inf - -inf); those lanes
         # are never stored, and their warnings are noise to a user.
         import warnings
@@ -293,18 +296,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", action="append", help="float32, float16 or bfloat16 (repeatable)")
     s.add_argument("--quick", action="store_true", help="only the cases tagged quick")
     s.add_argument("--slow", action="store_true", help="include cases tagged slow (GPU)")
-    s.add_argument("--seeds", type=int, default=3)
+    s.add_argument("--seeds", type=int, default=3, help="fresh random inputs per case and dtype (default: 3)")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("bench", help="verify, time and place every provider on a suite's shapes")
     s.add_argument("ops", nargs="*")
-    s.add_argument("--suite", default="llama3-8b", choices=SUITES)
+    s.add_argument("--suite", default="llama3-8b", choices=SUITES, help="shapes to time (default: llama3-8b)")
     s.add_argument("--providers", nargs="+", help="subset of providers (roofkit, torch, torch.compile, liger, flaggems, and op-specific ones: "
                    "see `roofkit list OPS --providers`)")
     s.add_argument("--cases", nargs="+", help="only these case names of the suite")
-    s.add_argument("--l2", default="cold", choices=("cold", "warm"))
+    s.add_argument("--l2", default="cold", choices=("cold", "warm"),
+                   help="cold: 2x the L2 size written before every timed call (default); warm: not")
     s.add_argument("--graph", action="store_true", help="time CUDA-graph replays")
-    s.add_argument("--out", default="roofkit-out", help="folder for results.json, results.csv, roofline.png")
+    s.add_argument("--out", default="roofkit-out",
+                   help="folder for results.json, results.csv, roofline.png (default: roofkit-out)")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("device", help="this GPU's facts and measured ceilings, datasheet beside")

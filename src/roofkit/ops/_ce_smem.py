@@ -27,6 +27,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
+# Gluon builtins renamed in later Triton releases (same arguments): cp.async's async_load (3.8),
+# the block barrier (gl.barrier in 3.9).
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+_block_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
 # Classes per chunk, classes per thread-vector (16 bytes of a 16-bit dtype), warps.
 CH = 8192
 VEC = 8
@@ -143,7 +148,7 @@ def _ce_smem_kernel(
         for u in gl.static_range(GROUP):
             kd = qq * GROUP + u
             cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
-            async_copy.async_copy_global_to_shared(smem.index(kd), x_first + (kd * CH + offs), mask=cm)
+            _async_load(smem.index(kd), x_first + (kd * CH + offs), mask=cm)
         async_copy.commit_group()
         if qq >= LAG:
             async_copy.wait_group(LAG)
@@ -246,7 +251,7 @@ def _ce_smem_kernel(
             gl.store(g_row + (u * CH + offs), gv, mask=cm)
         for u in gl.static_range(GROUP):
             cm = gl.expand_dims(u * ROWS + r_idx < CV, 1)
-            async_copy.async_copy_global_to_shared(smem.index(u), x_next + (u * CH + offs), mask=cm & has_next)
+            _async_load(smem.index(u), x_next + (u * CH + offs), mask=cm & has_next)
         async_copy.commit_group()
         if NT >= 1:
             m_t, s_t, sx_t = _pass_a(a0.to(gl.float32), m_t, s_t, sx_t, cm_t0, True, SMOOTH, LOG2E)
@@ -267,7 +272,7 @@ def _ce_smem_kernel(
             for u in gl.static_range(GROUP):
                 kd = qq * GROUP + u
                 cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
-                async_copy.async_copy_global_to_shared(smem.index(kd), x_next + (kd * CH + offs),
+                _async_load(smem.index(kd), x_next + (kd * CH + offs),
                                                        mask=cm & has_next)
             async_copy.commit_group()
             if qq >= LAG:
@@ -276,7 +281,7 @@ def _ce_smem_kernel(
                     kd = (qq - LAG) * GROUP + u
                     m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH,
                                                   SMOOTH, LOG2E)
-        gl.thread_barrier()
+        _block_barrier()
         g_t = _chunk_grad(x_t, ml, a_s, c, SMOOTH, LOG2E) - b
         gl.store(g_row + t, g_t.to(grad_ptr.dtype.element_ty), mask=keep & ok)
     async_copy.wait_group(0)

@@ -31,6 +31,7 @@ import math
 import numbers
 import operator
 import os
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -250,14 +251,19 @@ def _smem_grouping(nr: int) -> tuple[int, int]:
     return group, max(1, min(lag if lag is not None else 1, nr // group))
 
 
-# (kernel specialization, device index) -> programs per SM of the staged-row kernel.
+# (kernel specialization, device index) -> programs per SM of the staged-row kernel; the
+# specializations that failed to build.
 _SMEM_PROGRAMS_PER_SM: dict = {}
+_SMEM_FAILED: set = set()
 
 
-def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: torch.device) -> None:
+def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: torch.device) -> bool:
     """Launch the staged-row kernel persistently: as many programs per SM as its compiled
     shared memory, registers and threads let be resident at once (read from the compiled kernel
-    and the device on first use), times the SM count, at most one per row."""
+    and the device on first use), times the SM count, at most one per row. Returns False, with a
+    warning once per specialization, when the kernel does not build here (Gluon is an
+    experimental Triton dialect whose API moves between releases): the caller then takes the
+    Triton kernels."""
     group, lag = _smem_grouping(plan.NR)
     kw = dict(constexprs, NR=plan.NR, NT=plan.NT, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NUM_WARPS=_ce_smem.NUM_WARPS,
               GROUP=group, LAG=lag, LOG2E=_ce_smem.LOG2E, LN2=_ce_smem.LN2, num_warps=_ce_smem.NUM_WARPS,
@@ -266,10 +272,19 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
               enable_fp_fusion=False)
     idx = _device_index(device)
     key = (tuple(sorted(kw.items())), args[0].dtype, args[3].dtype, idx)
+    if key in _SMEM_FAILED:
+        return False
     per_sm = _SMEM_PROGRAMS_PER_SM.get(key)
     if per_sm is None:
-        kernel = _ce_smem._ce_smem_kernel.warmup(*args, grid=(1,), **kw)
-        kernel._init_handles()
+        try:
+            kernel = _ce_smem._ce_smem_kernel.warmup(*args, grid=(1,), **kw)
+            kernel._init_handles()
+        except Exception as e:  # noqa: BLE001 (any build failure means: use the other kernels)
+            _SMEM_FAILED.add(key)
+            warnings.warn(f"roofkit.cross_entropy: the staged-row kernel did not build with this Triton "
+                          f"({type(e).__name__}: {str(e)[:200]}); using the two-pass kernel", RuntimeWarning,
+                          stacklevel=2)
+            return False
         props = torch.cuda.get_device_properties(idx)
         _, smem_per_sm = shared_memory_limits(idx)
         threads = _ce_smem.NUM_WARPS * props.warp_size
@@ -278,6 +293,7 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
                      props.max_threads_per_multi_processor // threads)
         per_sm = _SMEM_PROGRAMS_PER_SM[key] = max(1, per_sm)
     _ce_smem._ce_smem_kernel[(min(m, per_sm * sm_count(device)),)](*args, **kw)
+    return True
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -690,9 +706,9 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
         GRAD_RNE=bf16_rne(x.dtype), LOSS_RNE=bf16_rne(loss_rows.dtype), num_warps=cfg.num_warps,
     )
     plan = _smem_plan(x, write_grad, has_w) if config is None else None
-    if plan is not None:
-        _smem_launch(plan, (x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0), ignore_index,
-                            label_smoothing), dict(SMOOTH=smooth, MEAN=mean), m, dev)
+    if plan is not None and _smem_launch(plan, (x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0),
+                                                ignore_index, label_smoothing), dict(SMOOTH=smooth, MEAN=mean), m, dev):
+        pass
     elif cfg.splits:
         seg = triton.cdiv(c, cfg.splits)
         part = torch.empty((m, cfg.splits, 3), dtype=torch.float32, device=dev)
