@@ -472,6 +472,8 @@ def test_cross_entropy_smem_path_is_taken_and_matches_the_online_path(monkeypatc
         out[smem] = (loss.float(), torch.autograd.grad(loss.sum(), x)[0].float())
     torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out[True][1], out[False][1], rtol=2e-2, atol=1e-7)
+    # It was built and launched, not quietly replaced by the fallback.
+    assert ce_module._SMEM_PROGRAMS_PER_SM and not ce_module._SMEM_FAILED
 
 
 @pytest.mark.gpu
