@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# GPU work still to run after session 6 (its runs: benchmarks/gpu_session6.sh), in priority order:
-#   bash benchmarks/gpu_next.sh [ebcheck] [tests] [mm4095]
-# ebcheck: embedding_bag's forward with the input check before the gather (EARLY_CHECK=True, the
-#          default since session 6) and after it (False), dlrm suite, in one run each back to back:
-#          session 6's run gave uniform 315 -> 287 us but power law 140 -> 163 us (NOTES.md)
+# GPU work still to run after session 7 (its runs: benchmarks/gpu_session7.sh), in priority order:
+#   bash benchmarks/gpu_next.sh [tests] [multigpu] [mm4095] [ebcheck]
+# multigpu: tests/test_device_guard.py on a two-GPU machine (kind nvidia-h200-x2; none was lent in
+#          session 7): every op on cuda:1 with cuda:0 current, and a direct torch.ops call
+# ebcheck: (done in session 7, run 9: both forms within 1 %) embedding_bag's forward with the input
+#          check before / after the gather, dlrm suite, back to back
 # tests:   every GPU test in one step (ROOFKIT_AUTOTUNE=0; ~460 tests, ~6.5 minutes: session 6's
 #          run was cut at 438 by its own timeout and finished the rest separately)
 # mm4095:  a profile of matmul 4095^3 (copies to aligned strides + the GEMM: 274 us against a
 #          predicted ~215, torch.compile 218 us)
 set -uo pipefail
 . benchmarks/gpu_env.sh
-steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(ebcheck tests mm4095)
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests mm4095)
 for step in "${steps[@]}"; do
   echo "=== $step $(date -u +%T)"
   case $step in
@@ -19,6 +20,7 @@ for step in "${steps[@]}"; do
           bench embedding_bag --suite dlrm --providers roofkit torch --out "$R/bench-dlrm-embedding_bag-early-$early" > "$R/bench-dlrm-embedding_bag-early-$early.txt" 2>&1
         echo "EARLY_CHECK=$early"; grep -E "│ embedding_bag.*(roofkit|torch )" "$R/bench-dlrm-embedding_bag-early-$early.txt" | cut -c1-150 | head -4; done ;;
     tests) ROOFKIT_AUTOTUNE=0 timeout 560 python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider --durations=10 > "$R/pytest-gpu.txt" 2>&1; tail -15 "$R/pytest-gpu.txt" ;;
+    multigpu) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_device_guard.py > "$R/pytest-multigpu.txt" 2>&1; tail -5 "$R/pytest-multigpu.txt" ;;
     mm4095) timeout 200 python3 -c "
 import torch, roofkit
 a = torch.randn(4095, 4095, device='cuda', dtype=torch.bfloat16); b = torch.randn_like(a)
