@@ -416,12 +416,12 @@ for c, smooth in json.loads(sys.argv[1]):
            "M": "i32", "C": "i32", "stride_xm": "i32", "stride_t": "i32", "ignore_index": "i64",
            "label_smoothing": "fp32"}
     consts = {"SMOOTH": smooth, "MEAN": True, "CH": k.CH, "VEC": k.VEC, "NR": nr, "NT": nch - nr,
-              "NUM_WARPS": k.NUM_WARPS, "GROUP": group, "LAG": lag, "LOG2E": k.LOG2E}
+              "NUM_WARPS": k.NUM_WARPS, "GROUP": group, "LAG": lag, "LOG2E": k.LOG2E, "LN2": k.LN2}
     sig.update({name: "constexpr" for name in consts})
     attrs = {(0,): [["tt.divisibility", 16]], (4,): [["tt.divisibility", 16]]}
     compiled = triton.compile(GluonASTSource(k._ce_smem_kernel, sig, consts, attrs),
                               target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": k.NUM_WARPS})
+                              options={"num_warps": k.NUM_WARPS, "enable_fp_fusion": False})
     ptx = compiled.asm["ptx"]
     out.append({"c": c, "resident_bytes": nr * k.CH * 2, "shared": compiled.metadata.shared,
                 "cp_async_16": "cp.async.cg.shared.global" in ptx and ", 0x10," in ptx,

@@ -43,6 +43,7 @@ NUM_WARPS = 32
 GROUP = None
 LAG = None
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
 @gluon.jit
@@ -60,15 +61,15 @@ def _online_update(x, m_t, s_t, LOG2E: gl.constexpr):
     (one exponential per logit, one per VEC for the rescale); rows with nothing finite yet keep
     max -inf and sum 0."""
     m_new = gl.maximum(m_t, gl.max(x, axis=1))
-    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
-    alpha = _exp2((m_t - m_safe) * LOG2E)
-    e = _exp2((x - gl.expand_dims(m_safe, 1)) * LOG2E)
+    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new) * LOG2E
+    alpha = _exp2(m_t * LOG2E - m_safe)
+    e = _exp2(gl.fma(x, LOG2E, -gl.expand_dims(m_safe, 1)))
     return m_new, s_t * alpha + gl.sum(e, axis=1)
 
 
 @gluon.jit
-def _chunk_grad(x, m, a_s, c, SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
-    g = _exp2((x - m) * LOG2E) * a_s
+def _chunk_grad(x, ml, a_s, c, SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
+    g = _exp2(gl.fma(x, LOG2E, -ml)) * a_s
     if SMOOTH:
         g = g - c
     return g
@@ -106,7 +107,7 @@ def _ce_smem_kernel(
     x_ptr, t_ptr, scal_ptr, loss_ptr, grad_ptr, M, C, stride_xm, stride_t, ignore_index, label_smoothing,
     SMOOTH: gl.constexpr, MEAN: gl.constexpr,
     CH: gl.constexpr, VEC: gl.constexpr, NR: gl.constexpr, NT: gl.constexpr, NUM_WARPS: gl.constexpr,
-    GROUP: gl.constexpr, LAG: gl.constexpr, LOG2E: gl.constexpr,
+    GROUP: gl.constexpr, LAG: gl.constexpr, LOG2E: gl.constexpr, LN2: gl.constexpr,
 ):
     """Rows pid, pid + G, ... of the logits; see the module docstring. Chunks move in groups of
     GROUP (one cp.async commit group each, NG groups per row; GROUP divides NR). Pass A of the next row runs
@@ -182,15 +183,14 @@ def _ce_smem_kernel(
             m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH, SMOOTH, LOG2E)
         m = gl.max(m_t, axis=0)
         dead = m == -float("inf")
-        # Exponents are (x - m) * log2 e: the difference of two 16-bit values is exact in
-        # float32, so a rescale by an unchanged maximum is exactly 1 and log-sum-exp is
-        # m + log s at any magnitude. (x * log2 e - fl(m * log2 e) by one FMA saves an
-        # instruction per logit but leaves m's rounding in every exponent: off by up to 128 in
-        # the exponent past |m| ~ 1.5e9, and a per-chunk rescale != 1 wherever the compiler
-        # contracts it; review findings, NOTES.md.)
-        ml = gl.where(dead, 0.0, m)
-        s = gl.sum(s_t * _exp2((m_t - ml) * LOG2E), axis=0)
-        log_s = gl.log(s)
+        # The exponentials are taken relative to ml = fl(m * log2 e), not m * log2 e: sum_j
+        # exp(x_j) = 2**ml * s, so log-sum-exp = m + (log s - r ln 2) with r = m log2 e - ml, the
+        # product's rounding error, exact by an FMA. (The kernel is compiled without FP
+        # contraction, so every other product by LOG2E is rounded the same way as here, and a
+        # rescale by an unchanged maximum is exactly 1.)
+        ml = gl.where(dead, 0.0, m) * LOG2E
+        s = gl.sum(s_t * _exp2(m_t * LOG2E - ml), axis=0)
+        log_s = gl.log(s) - gl.where(dead, 0.0, gl.fma(m, LOG2E, -ml)) * LN2
 
         # Loss (torch's: 0 on ignored rows; NaN on an out-of-range target, which the host
         # reports as IndexError).

@@ -266,7 +266,10 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
     Triton kernels."""
     group, lag = _smem_grouping(plan.NR)
     kw = dict(constexprs, NR=plan.NR, NT=plan.NT, CH=_ce_smem.CH, VEC=_ce_smem.VEC, NUM_WARPS=_ce_smem.NUM_WARPS,
-              GROUP=group, LAG=lag, LOG2E=_ce_smem.LOG2E, num_warps=_ce_smem.NUM_WARPS)
+              GROUP=group, LAG=lag, LOG2E=_ce_smem.LOG2E, LN2=_ce_smem.LN2, num_warps=_ce_smem.NUM_WARPS,
+              # No FP contraction: the kernel's rescales rely on every x * LOG2E being rounded
+              # alike (an FMA-fused one made alpha != 1 for an unchanged maximum; hostile review).
+              enable_fp_fusion=False)
     idx = _device_index(device)
     key = (tuple(sorted(kw.items())), args[0].dtype, args[3].dtype, idx)
     if key in _SMEM_FAILED:
