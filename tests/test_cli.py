@@ -69,7 +69,7 @@ def test_cli_report_compares_two_runs(tmp_path, capsys):
     assert "regression" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("inherited", ["", "0"])
+@pytest.mark.parametrize("inherited", ["", "0", "false", "off", "no"])
 def test_cli_switches_the_interpreter_on_without_a_gpu_whatever_the_environment_says(inherited, monkeypatch):
     # An inherited TRITON_INTERPRET="" (or "0") used to survive setdefault, and every op then
     # failed to compile for a GPU that is not there (fresh-user walkthrough, session 7).

@@ -18,9 +18,11 @@ def _setup_backend() -> bool:
 
     has_cuda = torch.cuda.is_available()
     if not has_cuda:
-        # Set outright: an inherited empty or "0" value would leave Triton trying to compile
-        # for a GPU that is not there.
-        if os.environ.get("TRITON_INTERPRET", "") in ("", "0"):
+        # Set outright: an inherited value that Triton reads as off ("", "0", "false", ...)
+        # would leave it compiling for a GPU that is not there.
+        from .ops._common import interpreter_active
+
+        if not interpreter_active():
             os.environ["TRITON_INTERPRET"] = "1"
         # The interpreter evaluates masked-off lanes with numpy (e.g. -inf - -inf); those lanes
         # are never stored, and their warnings are noise to a user.

@@ -879,7 +879,10 @@ def cross_entropy(
         of a multiple of 8 classes, at most a quarter of them past one program's shared memory
         (up to 147456 classes on an H100 / H200), with as many rows as SMs, take the
         staged-row kernel: the row read once into shared memory, exponentials by the SFU's
-        ex2.approx (ftz; relative error ~2**-22). The backward is single-use: a second
+        ex2.approx (ftz; relative error ~2**-22) of x * log2(e) - fl(m * log2(e)) by one FMA.
+        Known limit of that kernel: a row whose largest logit passes |x| ~ 1.49e9 (2**31 /
+        log2 e, where the rounding of m * log2 e exceeds the exponent range) gives inf / NaN
+        instead of torch's value; ``ROOFKIT_CE_SMEM=0`` takes the two-pass kernel, exact there. The backward is single-use: a second
         backward through the same graph raises autograd's "modified by an inplace operation"
         error. No float32 (M, C) buffer is ever
         allocated. No gradient for ``weight`` (torch has none either). First order only.
