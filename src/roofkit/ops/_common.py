@@ -50,6 +50,20 @@ def on_input_device(fn):
     return wrapper
 
 
+def copy_to_host_async(t: torch.Tensor):
+    """(a pinned host copy of small device tensor ``t``, an event recorded after the copy on the
+    current stream), without waiting: the host reads the copy after ``event.synchronize()``,
+    once the kernels that follow are queued, so the device does not idle for the round trip.
+    On CPU: (``t``, None)."""
+    if t.device.type != "cuda":
+        return t, None
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record(torch.cuda.current_stream(t.device))
+    return host, ready
+
+
 def bf16_rne(dtype: torch.dtype) -> bool:
     """Whether kernels must round bfloat16 stores by hand (see ``_jit._round_for_store``)."""
     return dtype == torch.bfloat16 and interpreter_active()

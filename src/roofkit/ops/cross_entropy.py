@@ -42,8 +42,9 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
-from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, needs_int64,
-                      next_pow2, on_input_device, registers_per_sm, shared_memory_limits, sm_count)
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
+                      interpreter_active, needs_int64, next_pow2, on_input_device, registers_per_sm,
+                      shared_memory_limits, sm_count)
 from ._jit import _round_for_store
 from .softmax import _post_and_wait, _split_position
 
@@ -636,10 +637,7 @@ class _IndexCheck:
             if torch.cuda.is_current_stream_capturing():
                 self.info = None
                 return
-            self.host = torch.empty(info.shape, dtype=info.dtype, pin_memory=True)
-            self.host.copy_(info, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
+            self.host, self.event = copy_to_host_async(info)
 
     def raise_if_bad(self, target: torch.Tensor, c: int, ignore_index: int) -> None:
         if self.info is None:
@@ -706,9 +704,11 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
         GRAD_RNE=bf16_rne(x.dtype), LOSS_RNE=bf16_rne(loss_rows.dtype), num_warps=cfg.num_warps,
     )
     plan = _smem_plan(x, write_grad, has_w) if config is None else None
-    if plan is not None and _smem_launch(plan, (x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0),
-                                                ignore_index, label_smoothing), dict(SMOOTH=smooth, MEAN=mean), m, dev):
-        pass
+    staged = plan is not None and _smem_launch(
+        plan, (x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0), ignore_index, label_smoothing),
+        dict(SMOOTH=smooth, MEAN=mean), m, dev)
+    if staged:
+        pass  # the staged-row kernel wrote loss_rows and the gradient
     elif cfg.splits:
         seg = triton.cdiv(c, cfg.splits)
         part = torch.empty((m, cfg.splits, 3), dtype=torch.float32, device=dev)
@@ -882,9 +882,9 @@ def cross_entropy(
         ex2.approx (ftz; relative error ~2**-22) of x * log2(e) - fl(m * log2(e)) by one FMA.
         Known limit of that kernel: a row whose largest logit passes |x| ~ 1.49e9 (2**31 /
         log2 e, where the rounding of m * log2 e exceeds the exponent range) gives inf / NaN
-        instead of torch's value; ``ROOFKIT_CE_SMEM=0`` takes the two-pass kernel, exact there. The backward is single-use: a second
-        backward through the same graph raises autograd's "modified by an inplace operation"
-        error. No float32 (M, C) buffer is ever
+        instead of torch's value; ``ROOFKIT_CE_SMEM=0`` takes the two-pass kernel, exact there.
+        The backward is single-use: a second backward through the same graph raises
+        autograd's "modified by an inplace operation" error. No float32 (M, C) buffer is ever
         allocated. No gradient for ``weight`` (torch has none either). First order only.
     Cost:
         Forward: one read of the logits (M*C elements) plus the targets; with a gradient, one

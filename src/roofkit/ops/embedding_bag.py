@@ -42,8 +42,8 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, needs_int64, next_pow2, on_input_device,
-                      sm_count)
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
+                      needs_int64, next_pow2, on_input_device, sm_count)
 from ._jit import _round_for_store
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -709,13 +709,7 @@ def _launch_input_check(indices, offsets, num_bags: int, num_embeddings: int):
         offsets.numel() if has_off else 0,
         HAS_OFFSETS=has_off, USE_INT64=needs_int64(work + CHECK_BLOCK + 1), BLOCK=CHECK_BLOCK, num_warps=4,
     )
-    if err.device.type != "cuda":
-        return err, None
-    host = torch.empty((2,), dtype=torch.int32, pin_memory=True)
-    host.copy_(err, non_blocking=True)
-    ready = torch.cuda.Event()
-    ready.record(torch.cuda.current_stream(err.device))
-    return host, ready
+    return copy_to_host_async(err)
 
 
 def _sorted_entries(indices: torch.Tensor, num_embeddings: int):

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from .._common import bf16_rne, interpreter_active, needs_int64, next_pow2
+from .._common import bf16_rne, copy_to_host_async, interpreter_active, needs_int64, next_pow2
 from ._kernels import (
     _index_range_kernel,
     _scatter_add_atomic_kernel,
@@ -171,13 +171,7 @@ def _launch_range_check(c: _Canon, err: torch.Tensor):
         c.idx, err, c.L, c.N, n_lb, c.idx_strides[0], c.idx_strides[1],
         USE_INT64=_use_int64(c.idx), BLOCK_L=RANGE_BLOCK, num_warps=4,
     )
-    if err.device.type != "cuda":
-        return err, None
-    host = torch.empty((1,), dtype=torch.int32, pin_memory=True)
-    host.copy_(err, non_blocking=True)
-    ready = torch.cuda.Event()
-    ready.record(torch.cuda.current_stream(err.device))
-    return host, ready
+    return copy_to_host_async(err)
 
 
 def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
