@@ -38,7 +38,8 @@ MAX_GRID_Y = 65535  # CUDA's limit on the grid's second axis: larger batches lau
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One launch configuration. ``kind``: "tma" | "ptr"; ``split_k`` > 1 selects split-K (ptr
+    """One launch configuration. ``kind``: "tma" | "ptr" | "pingpong" (``_gemm_ws``: Hopper,
+    warp-specialized, BLOCK_M x BLOCK_N per consumer warpgroup); ``split_k`` > 1 selects split-K (ptr
     kernel, the last program of each tile combining); ``persistent``: tma grid capped at sm_count * ctas_per_sm programs."""
 
     BLOCK_M: int

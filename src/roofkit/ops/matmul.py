@@ -163,7 +163,17 @@ def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.dev
     return Config(bm, bn, bk, 8, 4, 4, kind=kind)
 
 
-def _candidates(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, tma: bool) -> list[Config]:
+def _pingpong_ok(a, b, out) -> bool:
+    """The Gluon ping-pong kernel can run (Hopper, 16-bit inputs, TMA-storable output)."""
+    if a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
+        return False
+    from . import _gemm_ws
+
+    return _gemm_ws.launchable(a, b, out)
+
+
+def _candidates(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, tma: bool,
+                pingpong: bool = False) -> list[Config]:
     """What the autotuner tries (besides the default)."""
     sms = sm_count(device)
     kinds = ("tma", "ptr") if tma else ("ptr",)
@@ -196,6 +206,12 @@ def _candidates(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device
                 # these). Not yet measured on a GPU: the tuner verifies and times them.
                 Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True, store_desc=True),
                 Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True, epilogue_split=2, store_desc=True)]
+    if pingpong:
+        # Producer warp + two consumer warpgroups on alternate tiles (``_gemm_ws``): one tile's
+        # epilogue runs under the other's main loop. BLOCK_M x BLOCK_N per warpgroup.
+        out += [Config(128, 128, 64, 8, 4, 4, kind="pingpong", persistent=True),
+                Config(128, 128, 64, 8, 4, 5, kind="pingpong", persistent=True),
+                Config(64, 256, 64, 8, 4, 4, kind="pingpong", persistent=True)]
     return out
 
 
@@ -215,6 +231,10 @@ def _launch(cfg: Config, a, b, c, bias, out, alpha, beta, act: int) -> torch.Ten
         _gemm.launch_split_k(cfg, a, b, c, bias, out, alpha, beta, act)
     elif cfg.kind == "tma":
         _gemm.launch_tma(cfg, a, b, c, bias, out, alpha, beta, act)
+    elif cfg.kind == "pingpong":
+        from . import _gemm_ws  # Gluon (Hopper only): imported where it can run
+
+        _gemm_ws.launch(cfg, a, b, c, bias, out, alpha, beta, act)
     else:
         _gemm.launch_ptr(cfg, a[None], b[None], c[None] if c is not None else None, bias, out[None], alpha, beta, act)
     return out
@@ -239,7 +259,8 @@ def _choose(a, b, c, bias, out, alpha, beta, act: int) -> Config:
             y += bias.float()
         return _activation_torch(y, _ACT_NAMES[act])
 
-    return _TUNER.choose(_tune_key(a, b, c, a.dtype, act), lambda: _candidates(m, n, k, a.dtype, a.device, tma), default,
+    pingpong = m > 64 and n > 64 and _pingpong_ok(a, b, out)
+    return _TUNER.choose(_tune_key(a, b, c, a.dtype, act), lambda: _candidates(m, n, k, a.dtype, a.device, tma, pingpong), default,
                          run, reference, a.device, a.dtype)
 
 

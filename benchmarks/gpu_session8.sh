@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 8's GPU runs (2026-12-01): the Gluon ping-pong GEMM (roofkit.ops._gemm_ws), issue 3.
+#   bash benchmarks/gpu_session8.sh STEP...
+# pp:       benchmarks/probe_pingpong.py: float64 verification of every ping-pong configuration,
+#           then timing against cuBLAS, the unfused torch sequence and the Triton kernels
+# ppquick:  the same, timing only the fused-GELU / ffn_up / 8192^3 shapes
+# t3:       GPU tests of the ops whose input checks moved to _common.copy_to_host_async
+#           (cross_entropy, embedding_bag, scatter), not run on a GPU since that change
+set -uo pipefail
+. benchmarks/gpu_env.sh
+for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
+  case $step in
+    pp) timeout 420 python3 benchmarks/probe_pingpong.py --json "$R/probe-pingpong.json" > "$R/probe-pingpong.txt" 2>&1; echo "rc=$?"
+        grep -v "^ok \|^  " "$R/probe-pingpong.txt" | tail -30 ;;
+    ppquick) timeout 420 python3 benchmarks/probe_pingpong.py --quick --json "$R/probe-pingpong.json" > "$R/probe-pingpong.txt" 2>&1; echo "rc=$?"
+        grep -v "^ok \|^  " "$R/probe-pingpong.txt" | tail -30 ;;
+    t3) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_cross_entropy.py tests/ops/test_embedding_bag.py tests/ops/test_scatter.py > "$R/pytest-gpu-t3.txt" 2>&1; tail -4 "$R/pytest-gpu-t3.txt" ;;
+    *) echo "unknown step $step" ;;
+  esac
+  tar -C "$OUT" -czf "$OUT/run.tar.gz" run
+done

@@ -1,0 +1,281 @@
+"""Warp-specialized "ping-pong" GEMM for Hopper (Gluon; compute capability 9.x only).
+
+One persistent program per SM walks output tiles pid, pid + grid, ... in grouped order. Three
+partitions of warps share a ring of ``STAGES`` shared-memory slots, each holding one
+[BLOCK_M, BLOCK_K] block of A and one [BLOCK_K, BLOCK_N] block of B:
+
+- a producer (one warp, few registers) issues the TMA loads of every tile's K blocks, in tile
+  order, into the ring, waiting on a slot's "empty" barrier before refilling it;
+- two consumers (one warpgroup each, most of the registers) take alternate tiles: consumer 0
+  the program's 1st, 3rd, ... tile, consumer 1 the 2nd, 4th, ... Each waits on a slot's
+  "ready" barrier, issues its wgmma asynchronously (one in flight), releases the slot whose wgmma
+  has finished, and after its tile's last K block runs the epilogue (alpha, beta * c, bias,
+  activation on the fp32 accumulator, one rounding) and a TMA store.
+
+Because the producer fills the ring in tile order, consumer 1's main loop starts as consumer 0's
+ends: one consumer's epilogue (for the exact GELU, ~30 instructions per element) runs while the
+other keeps the tensor cores busy. That overlap is what a single-partition persistent kernel
+cannot give, and why this form exists (benchmarks/NOTES.md, issue 3).
+
+Restrictions (``launchable`` checks them): CUDA device of compute capability 9.x (wgmma), not
+the interpreter, 16-bit inputs of one dtype, 2-D operands a descriptor can describe after
+``_gemm._aligned``, an output whose rows are 16-byte aligned (it is stored by TMA).
+Source: the "ping-pong" kernel schedule of CUTLASS 3's Hopper GEMMs (producer warp, two consumer
+warpgroups on alternate tiles, register reallocation), written with Gluon's warp_specialize,
+TMA, mbarrier and warpgroup_mma.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from ._common import interpreter_active, registers_per_sm, shared_memory_limits, sm_count
+
+LOG2E = 1.4426950408889634
+
+
+@gluon.jit
+def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
+    """Grouped order, as ``_gemm._tile_coords``."""
+    per_group = GROUP_M * tiles_n
+    g = tile // per_group
+    row0 = g * GROUP_M
+    rows_in_group = gl.minimum(tiles_m - row0, GROUP_M)
+    local = tile - g * per_group
+    return row0 + local % rows_in_group, local // rows_in_group
+
+
+@gluon.constexpr_function
+def _block_dims(shape, transposed):
+    """(rows, cols) of the operand a ring slot holds: the slot is [STAGES, rows, cols], or
+    [STAGES, cols, rows] when the descriptor describes the operand's transpose."""
+    return (shape[2], shape[1]) if transposed else (shape[1], shape[2])
+
+
+@gluon.jit
+def _phi(x):
+    """Phi(x) for the exact GELU: the same erfc fit as ``_gemm._phi`` (fractional error < 1.2e-7)."""
+    z = gl.abs(x) * 0.7071067811865476
+    t = 1.0 / (1.0 + 0.5 * z)
+    p = t * 0.17087277 - 0.82215223
+    p = p * t + 1.48851587
+    p = p * t - 1.13520398
+    p = p * t + 0.27886807
+    p = p * t - 0.18628806
+    p = p * t + 0.09678418
+    p = p * t + 0.37409196
+    p = p * t + 1.00002368
+    p = p * t - 1.26551223
+    q = 0.5 * t * gl.exp(p - z * z)  # Phi(-|x|)
+    return gl.where(x < 0, q, 1.0 - q)
+
+
+@gluon.jit
+def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+              A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    BLOCK_M: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[0]
+    BLOCK_K: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[1]
+    BLOCK_N: gl.constexpr = _block_dims(b_bufs.type.shape, not B_T)[0]
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    cnt = 0
+    for tile in range(pid, tiles_m * tiles_n, nprog):
+        tile_m, tile_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = tile_m * BLOCK_M
+        off_n = tile_n * BLOCK_N
+        for kt in range(k_tiles):
+            s = cnt % STAGES
+            # Slots start empty: the first pass waits on the phase before the barrier's first.
+            mbarrier.wait(empty.index(s), ((cnt // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            off_k = kt * BLOCK_K
+            if A_T:
+                tma.async_copy_global_to_shared(a_desc, [off_k, off_m], bar, a_bufs.index(s))
+            else:
+                tma.async_copy_global_to_shared(a_desc, [off_m, off_k], bar, a_bufs.index(s))
+            if B_T:
+                tma.async_copy_global_to_shared(b_desc, [off_n, off_k], bar, b_bufs.index(s))
+            else:
+                tma.async_copy_global_to_shared(b_desc, [off_k, off_n], bar, b_bufs.index(s))
+            cnt += 1
+
+
+@gluon.jit
+def _consumer(a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+              W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
+              ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    BLOCK_M: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[0]
+    BLOCK_K: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[1]
+    BLOCK_N: gl.constexpr = _block_dims(b_bufs.type.shape, not B_T)[0]
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // a_bufs.type.element_ty.primitive_bitwidth])
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    c_smem = c_bufs.index(W)
+    i = W  # this tile's place in the program's sequence: its K blocks are ring entries i * k_tiles, ...
+    for tile in range(pid + W * nprog, tiles_m * tiles_n, 2 * nprog):
+        tile_m, tile_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = tile_m * BLOCK_M
+        off_n = tile_n * BLOCK_N
+        cnt = i * k_tiles
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout)
+        prev = 0
+        for kt in range(k_tiles):
+            s = cnt % STAGES
+            mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
+            a = a_bufs.index(s)
+            if A_T:
+                a = a.permute((1, 0))
+            b = b_bufs.index(s)
+            if B_T:
+                b = b.permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            # One wgmma in flight: the previous one has finished, so its slot can be refilled.
+            acc = warpgroup_mma_wait(1, deps=(acc, ))
+            mbarrier.arrive(empty.index(prev), pred=kt > 0)
+            prev = s
+            cnt += 1
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        mbarrier.arrive(empty.index(prev))
+
+        # Epilogue, in fp32: alpha * acc + beta * c + bias, then the activation.
+        rn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
+        acc = acc * alpha
+        if HAS_C:
+            rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
+            mask = (rm < M)[:, None] & (rn < N)[None, :]
+            cv = gl.load(c_ptr + rm.to(gl.int64)[:, None] * s_cm + rn.to(gl.int64)[None, :] * s_cn, mask=mask,
+                         other=0.0)
+            acc += beta * cv.to(gl.float32)
+        if HAS_BIAS:
+            bv = gl.load(bias_ptr + rn, mask=rn < N, other=0.0)
+            acc += bv.to(gl.float32)[None, :]
+        if ACTIVATION == 1:
+            acc = gl.where(acc < 0.0, 0.0, acc)  # NaN stays NaN (the compare is false), as torch.relu
+        elif ACTIVATION == 2:
+            acc = acc * _phi(acc)
+        elif ACTIVATION == 3:
+            u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+            t = 1.0 - 2.0 / (gl.exp(2.0 * u) + 1.0)  # tanh(u), saturating to +-1
+            acc = 0.5 * acc * (1.0 + t)
+        elif ACTIVATION == 4:
+            acc = acc / (1.0 + gl.exp(-acc))
+        # The previous tile's store from this buffer must have read it before it is rewritten.
+        tma.store_wait(0)
+        c_smem.store(acc.to(out_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(out_desc, [off_m, off_n], c_smem)
+        i += 2
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+                      A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
+                      ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                      CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2] + out_desc.block_type.shape, out_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_consumer, (a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES)),
+        (_consumer, (a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES)),
+        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, A_T, B_T, GROUP_M, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ----------------------------------------------------------------------------- host side
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}
+
+
+def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether the ping-pong kernel can run this 2-D problem (see the module's restrictions)."""
+    if interpreter_active() or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
+        return False
+    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype or out.dtype not in _GL_DTYPES:
+        return False
+    e = out.element_size()
+    return out.stride(1) == 1 and (out.stride(0) * e) % 16 == 0 and out.data_ptr() % 16 == 0 and min(out.shape) > 0
+
+
+def _descriptor(t: torch.Tensor, rows: int, cols: int):
+    """(Gluon descriptor, transposed) for an operand that ``_gemm._aligned`` accepted."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    if t.stride(1) == 1 and (t.shape[1] > 1 or t.stride(0) != 1):
+        block = [rows, cols]
+        tt, transposed = t, False
+    else:
+        block = [cols, rows]
+        tt, transposed = t.t(), True
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
+    return TensorDescriptor(tt, list(tt.shape), [tt.stride(0), 1], block, layout), transposed
+
+
+def launch(cfg, a, b, c, bias, out, alpha, beta, act: int):
+    """2-D a (M, K), b (K, N), out (M, N) with ``launchable`` true; c None or broadcast to (M, N).
+    ``cfg``: a ``_gemm.Config`` of kind "ws" (BLOCK_M x BLOCK_N per consumer warpgroup,
+    BLOCK_K, GROUP_M, num_stages ring slots)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from ._gemm import _aligned
+
+    m, k = a.shape
+    n = b.shape[1]
+    a = _aligned(a)
+    b = _aligned(b)
+    a_desc, a_t = _descriptor(a, cfg.BLOCK_M, cfg.BLOCK_K)
+    b_desc, b_t = _descriptor(b, cfg.BLOCK_K, cfg.BLOCK_N)
+    out_layout = gl.NVMMASharedLayout.get_default_for([cfg.BLOCK_M, cfg.BLOCK_N], _GL_DTYPES[out.dtype])
+    out_desc = TensorDescriptor(out, [m, n], [out.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N], out_layout)
+    # Ring slots: as many as asked for that fit next to the two output buffers (an fp32 output's
+    # take twice the room), at least 2.
+    slot = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * a.element_size()
+    room = shared_memory_limits(a.device.index if a.device.index is not None else torch.cuda.current_device())[0]
+    room -= 2 * cfg.BLOCK_M * cfg.BLOCK_N * out.element_size() + 1024
+    stages = max(2, min(cfg.num_stages, room // slot))
+    tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
+    grid = min(tiles, sm_count(a.device))
+    cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
+    # 12 warps (the producer's warpgroup is padded to 4) share the SM's register file: an equal
+    # share each at launch, then reallocated (setmaxnreg, multiples of 8, at most 255... 256) to
+    # 40 per producer thread and the rest split between the two consumer warpgroups
+    # (65536 registers: 168 at launch, 232 per consumer thread).
+    regs = registers_per_sm(a.device.index if a.device.index is not None else torch.cuda.current_device())
+    producer_regs = 40
+    consumer_regs = min(256, (regs - 128 * producer_regs) // 256 // 8 * 8)
+    launch_regs = min(255, regs // (12 * 32) // 8 * 8)
+    _matmul_ws_kernel[(grid, )](
+        a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out,
+        m, n, k, float(alpha), float(beta), *cs,
+        A_T=a_t, B_T=b_t, HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
+        GROUP_M=cfg.GROUP_M, STAGES=stages, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
+        num_warps=4, maxnreg=launch_regs,
+    )
