@@ -116,7 +116,7 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
               W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
     BLOCK_M: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[0]
@@ -131,7 +131,12 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M
     k_tiles = gl.cdiv(K, BLOCK_K)
     c_smem = c_bufs.index(W)
     i = W  # this tile's place in the program's sequence: its K blocks are ring entries i * k_tiles, ...
+    j = 0  # this consumer's tiles so far
     for tile in range(pid + W * nprog, tiles_m * tiles_n, 2 * nprog):
+        # Main loops take turns: wait until the other consumer has waited for all of its tile's
+        # slots. A slot's "ready" barrier can then be at most one phase ahead of this wait, which
+        # is what a parity wait needs (it cannot tell phase p from p + 2).
+        mbarrier.wait(turn.index(W), (j + W + 1) & 1, pred=(j > 0) | (W == 1))
         tile_m, tile_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         off_m = tile_m * BLOCK_M
         off_n = tile_n * BLOCK_N
@@ -153,6 +158,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M
             mbarrier.arrive(empty.index(prev), pred=kt > 0)
             prev = s
             cnt += 1
+        mbarrier.arrive(turn.index(1 - W))  # the other consumer's main loop may start
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         mbarrier.arrive(empty.index(prev))
 
@@ -184,6 +190,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M
         fence_async_shared()
         tma.async_copy_shared_to_global(out_desc, [off_m, off_n], c_smem)
         i += 2
+        j += 1
     tma.store_wait(0)
 
 
@@ -197,14 +204,17 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
     c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2] + out_desc.block_type.shape, out_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=1)
+    for w in gl.static_range(2):
+        mbarrier.init(turn.index(w), count=1)
     fence_async_shared()
     gl.warp_specialize([
-        (_consumer, (a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+        (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
                      0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES)),
-        (_consumer, (a_bufs, b_bufs, ready, empty, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+        (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
                      1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, A_T, B_T, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
