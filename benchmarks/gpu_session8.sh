@@ -4,6 +4,9 @@
 # pp:       benchmarks/probe_pingpong.py: float64 verification of every ping-pong configuration,
 #           then timing against cuBLAS, the unfused torch sequence and the Triton kernels
 # ppquick:  the same, timing only the fused-GELU / ffn_up / 8192^3 shapes
+# power:    benchmarks/probe_pingpong_power.py: per epilogue, steady-state time with the SM clock,
+#           board power and throttle reasons sampled through NVML
+# diag:     benchmarks/probe_pingpong_diag.py: GELU epilogue overlapped vs forced serial
 # t3:       GPU tests of the ops whose input checks moved to _common.copy_to_host_async
 #           (cross_entropy, embedding_bag, scatter), not run on a GPU since that change
 set -uo pipefail
@@ -15,6 +18,8 @@ for step in "$@"; do
         grep -v "^ok \|^  " "$R/probe-pingpong.txt" | tail -30 ;;
     ppquick) timeout 420 python3 benchmarks/probe_pingpong.py --quick --json "$R/probe-pingpong.json" > "$R/probe-pingpong.txt" 2>&1; echo "rc=$?"
         grep -v "^ok \|^  " "$R/probe-pingpong.txt" | tail -30 ;;
+    power) timeout 300 python3 benchmarks/probe_pingpong_power.py > "$R/probe-pingpong-power.txt" 2>&1; echo "rc=$?"; tail -14 "$R/probe-pingpong-power.txt" ;;
+    diag) timeout 300 python3 benchmarks/probe_pingpong_diag.py > "$R/probe-pingpong-diag.txt" 2>&1; echo "rc=$?"; tail -13 "$R/probe-pingpong-diag.txt" ;;
     t3) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_cross_entropy.py tests/ops/test_embedding_bag.py tests/ops/test_scatter.py > "$R/pytest-gpu-t3.txt" 2>&1; tail -4 "$R/pytest-gpu-t3.txt" ;;
     *) echo "unknown step $step" ;;
   esac

@@ -42,6 +42,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ._common import interpreter_active, registers_per_sm, shared_memory_limits, sm_count
 
 LOG2E = 1.4426950408889634
+# Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py): SERIAL = the
+# other consumer starts after this one's epilogue (no overlap), EPI_REPEAT = the GELU applied
+# that many times (a longer epilogue).
+DIAGNOSTIC: dict = {}
 
 
 @gluon.jit
@@ -118,7 +122,8 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
 @gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
               W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
-              ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+              ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SERIAL: gl.constexpr,
+              EPI_REPEAT: gl.constexpr):
     BLOCK_M: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[0]
     BLOCK_K: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[1]
     BLOCK_N: gl.constexpr = _block_dims(b_bufs.type.shape, not B_T)[0]
@@ -158,7 +163,8 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
             mbarrier.arrive(empty.index(prev), pred=kt > 0)
             prev = s
             cnt += 1
-        mbarrier.arrive(turn.index(1 - W))  # the other consumer's main loop may start
+        if not SERIAL:
+            mbarrier.arrive(turn.index(1 - W))  # the other consumer's main loop may start
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         mbarrier.arrive(empty.index(prev))
 
@@ -177,7 +183,8 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
         if ACTIVATION == 1:
             acc = gl.where(acc < 0.0, 0.0, acc)  # NaN stays NaN (the compare is false), as torch.relu
         elif ACTIVATION == 2:
-            acc = acc * _phi(acc)
+            for _r in gl.static_range(EPI_REPEAT):
+                acc = acc * _phi(acc)
         elif ACTIVATION == 3:
             u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
             t = 1.0 - 2.0 / (gl.exp(2.0 * u) + 1.0)  # tanh(u), saturating to +-1
@@ -189,6 +196,8 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
         c_smem.store(acc.to(out_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(out_desc, [off_m, off_n], c_smem)
+        if SERIAL:
+            mbarrier.arrive(turn.index(1 - W))
         i += 2
         j += 1
     tma.store_wait(0)
@@ -198,7 +207,8 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
 def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
                       A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
                       ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                      CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                      CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SERIAL: gl.constexpr,
+                      EPI_REPEAT: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2] + out_desc.block_type.shape, out_desc.layout)
@@ -213,9 +223,9 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES)),
+                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT)),
         (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES)),
+                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, A_T, B_T, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
@@ -287,5 +297,5 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int):
         m, n, k, float(alpha), float(beta), *cs,
         A_T=a_t, B_T=b_t, HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
         GROUP_M=cfg.GROUP_M, STAGES=stages, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-        num_warps=4, maxnreg=launch_regs,
+        num_warps=4, maxnreg=launch_regs, **{"SERIAL": False, "EPI_REPEAT": 1, **DIAGNOSTIC},
     )
