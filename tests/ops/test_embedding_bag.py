@@ -360,7 +360,9 @@ def _t(*shape, dtype=torch.float32):
          NotImplementedError, ["per_sample_weights", "sum"]),
     ],
 )
-def test_embedding_bag_bad_input_raises_clear_error(kwargs, exc, words):
+def test_embedding_bag_bad_input_raises_clear_error(kwargs, exc, words, device):
+    # On the suite's device (a CPU tensor on a CUDA machine is refused before its arguments).
+    kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     with pytest.raises(exc) as info:
         embedding_bag(**kwargs)
     assert "roofkit.embedding_bag" in str(info.value)
@@ -368,15 +370,15 @@ def test_embedding_bag_bad_input_raises_clear_error(kwargs, exc, words):
         assert w in str(info.value)
 
 
-def test_embedding_bag_mismatched_devices_name_the_argument():
-    w = torch.ones(5, 3)
-    inp, off = torch.tensor([1]), torch.tensor([0])
+def test_embedding_bag_mismatched_devices_name_the_argument(device):
+    w = torch.ones(5, 3, device=device)
+    inp, off = torch.tensor([1], device=device), torch.tensor([0], device=device)
     for name, kwargs in [("offsets", dict(offsets=off.to("meta"))),
                          ("weight", dict(offsets=off, weight=w.to("meta"))),
                          ("per_sample_weights", dict(offsets=off, per_sample_weights=torch.ones(1, device="meta"),
                                                      mode="sum"))]:
         kwargs.setdefault("weight", w)
-        with pytest.raises(ValueError, match=rf"roofkit\.embedding_bag: {name} is on meta but input is on cpu"):
+        with pytest.raises(ValueError, match=rf"roofkit\.embedding_bag: {name} is on meta but input is on {device.type}"):
             embedding_bag(inp, **kwargs)
 
 
