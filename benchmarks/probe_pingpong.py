@@ -157,14 +157,17 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", default=None)
     p.add_argument("--skip-verify", action="store_true")
+    p.add_argument("--skip-timing", action="store_true")
     args = p.parse_args()
     log = []
     bad = 0 if args.skip_verify else verify(log)
-    summary = timing(log, args.quick)
+    summary = [] if args.skip_timing else timing(log, args.quick)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"environment": environment(), "rows": log}, f, indent=1)
     print(f"\nverify failures: {bad}")
+    if bad:
+        raise SystemExit(1)
     for name, res, flops in summary:
         cb = res.get("cuBLAS matmul")
         ok = {k: v for k, v in res.items() if v}
