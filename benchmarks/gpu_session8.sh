@@ -24,7 +24,7 @@ for step in "$@"; do
         grep -v "^ok \|^  " "$R/probe-pingpong.txt" | tail -30 ;;
     power) timeout 300 python3 benchmarks/probe_pingpong_power.py > "$R/probe-pingpong-power.txt" 2>&1; echo "rc=$?"; tail -14 "$R/probe-pingpong-power.txt" ;;
     diag) timeout 300 python3 benchmarks/probe_pingpong_diag.py > "$R/probe-pingpong-diag.txt" 2>&1; echo "rc=$?"; tail -13 "$R/probe-pingpong-diag.txt" ;;
-    fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -7 "$R/check-fused-gelu.txt" ;;
+    fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -8 "$R/check-fused-gelu.txt" ;;
     ppverify) timeout 300 python3 benchmarks/probe_pingpong.py --skip-timing --json "$R/probe-pingpong-verify.json" > "$R/probe-pingpong-verify.txt" 2>&1; echo "rc=$?"; grep -v "^ok \|^  " "$R/probe-pingpong-verify.txt" | tail -8 ;;
     mmtests) ROOFKIT_AUTOTUNE=0 timeout 400 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_matmul.py > "$R/pytest-gpu-matmul.txt" 2>&1; tail -4 "$R/pytest-gpu-matmul.txt"
         ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/test_ops_generic.py -k "matmul or linear" > "$R/pytest-gpu-generic-matmul.txt" 2>&1; tail -3 "$R/pytest-gpu-generic-matmul.txt" ;;

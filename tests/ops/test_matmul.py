@@ -400,7 +400,7 @@ def test_matmul_autograd_batch_of_one_broadcast(device):
     y = matmul(a, b)
     ga, gb = torch.autograd.grad(y, (a, b), torch.ones_like(y))
     a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
-    ga64, gb64 = torch.autograd.grad(torch.matmul(a64, b64), (a64, b64), torch.ones(4, 5, 6, dtype=torch.float64))
+    ga64, gb64 = torch.autograd.grad(torch.matmul(a64, b64), (a64, b64), torch.ones(4, 5, 6, dtype=torch.float64, device=device))
     assert ga.shape == (1, 5, 7)
     torch.testing.assert_close(ga.double(), ga64, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gb.double(), gb64, rtol=1e-5, atol=1e-5)

@@ -104,23 +104,48 @@ ZS = gl.constexpr((LOG2E / 2.0) ** 0.5)  # z sqrt(log2 e) = |x| sqrt(log2 e / 2)
 LOG2E_C = gl.constexpr(LOG2E)
 
 
+# For 16-bit outputs, Abramowitz & Stegun 7.1.26: erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2),
+# t = 1 / (1 + p z), absolute error <= 1.5e-7, i.e. Phi within 7.5e-8 absolute: far below half a
+# unit in the last place of a bf16 / fp16 result wherever Phi(x) > 1e-3, and in the far negative
+# tail no worse (in absolute terms) than torch's own x * 0.5 * (1 + erf(x / sqrt 2)) in float32.
+# Four fused multiply-adds instead of nine. Coefficients times 0.5 (the 0.5 of Phi = erfc / 2).
+AS_P = gl.constexpr(0.3275911 * 0.7071067811865476)  # p z = |x| p / sqrt(2)
+A5 = gl.constexpr(0.5 * 1.061405429)
+A4 = gl.constexpr(0.5 * -1.453152027)
+A3 = gl.constexpr(0.5 * 1.421413741)
+A2 = gl.constexpr(0.5 * -0.284496736)
+A1 = gl.constexpr(0.5 * 0.254829592)
+
+
 @gluon.jit
-def _gelu(x):
-    """x * Phi(x), the exact (erf) GELU, in ~20 instructions per element (two of them SFU)."""
+def _gelu(x, SHORT: gl.constexpr):
+    """x * Phi(x), the exact (erf) GELU: Phi(-|x|) = q from an erfc fit, then
+    x Phi(x) = max(x, 0) - |x| q (x >= 0: x (1 - q); x < 0: x q; NaN stays NaN through the FMA).
+    SHORT (a 16-bit output): the 5-term fit, ~14 instructions per element (two of them SFU);
+    else the 10-term fit (fractional error < 1.2e-7), ~19."""
     ax = gl.abs(x)
-    t = _rcp(ax * HALF_RSQRT2 + 1.0)
-    p = t * P9 + P8
-    p = p * t + P7
-    p = p * t + P6
-    p = p * t + P5
-    p = p * t + P4
-    p = p * t + P3
-    p = p * t + P2
-    p = p * t + P1
-    p = p * t + P0
     zs = ax * ZS
-    xq = x * (t * _ex2(p - zs * zs))  # x * Phi(-|x|)
-    return gl.where(x < 0, xq, x - xq)
+    e = _ex2(-(zs * zs))  # exp(-z^2)
+    if SHORT:
+        t = _rcp(ax * AS_P + 1.0)
+        p = t * A5 + A4
+        p = p * t + A3
+        p = p * t + A2
+        p = p * t + A1
+        q = (t * p) * e
+    else:
+        t = _rcp(ax * HALF_RSQRT2 + 1.0)
+        p = t * P9 + P8
+        p = p * t + P7
+        p = p * t + P6
+        p = p * t + P5
+        p = p * t + P4
+        p = p * t + P3
+        p = p * t + P2
+        p = p * t + P1
+        p = p * t + P0
+        q = t * _ex2(p - zs * zs)
+    return gl.maximum(x, 0.0) - ax * q
 
 
 @gluon.jit
@@ -223,7 +248,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
             acc = gl.where(acc < 0.0, 0.0, acc)  # NaN stays NaN (the compare is false), as torch.relu
         elif ACTIVATION == 2:
             for _r in gl.static_range(EPI_REPEAT):
-                acc = _gelu(acc)
+                acc = _gelu(acc, out_desc.dtype.primitive_bitwidth == 16)
         elif ACTIVATION == 3:
             u2 = (2.0 * 0.7978845608028654 * LOG2E_C) * (acc + 0.044715 * acc * acc * acc)  # 2u log2 e
             acc = acc - acc * _rcp(_ex2(u2) + 1.0)  # 0.5 x (1 + tanh u) = x (1 - 1 / (exp(2u) + 1))
