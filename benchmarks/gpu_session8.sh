@@ -11,7 +11,6 @@
 # ppverify: the probe's float64 verification only
 # mmtests:  tests/ops/test_matmul.py and the registry's matmul / linear cases on the GPU
 # bench:    roofkit bench matmul --suite acceptance and --suite llama3-8b (roofkit, torch)
-# depth:    benchmarks/check_wait_depth.py: one vs two wgmma groups in flight (verify, then time)
 # t3:       GPU tests of the ops whose input checks moved to _common.copy_to_host_async
 #           (cross_entropy, embedding_bag, scatter), not run on a GPU since that change
 set -uo pipefail
@@ -31,7 +30,6 @@ for step in "$@"; do
         ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/test_ops_generic.py -k "matmul or linear" > "$R/pytest-gpu-generic-matmul.txt" 2>&1; tail -3 "$R/pytest-gpu-generic-matmul.txt" ;;
     bench) timeout 400 python3 -m roofkit.cli bench matmul --suite acceptance --providers roofkit torch --out "$R/bench-acceptance-matmul" > "$R/bench-acceptance-matmul.txt" 2>&1; echo "rc=$?"; grep -E "TFLOP|GB/s" "$R/bench-acceptance-matmul.txt" | cut -c1-170 | head -20
         timeout 400 python3 -m roofkit.cli bench matmul --suite llama3-8b --providers roofkit torch --out "$R/bench-llama3-8b-matmul" > "$R/bench-llama3-8b-matmul.txt" 2>&1; echo "rc=$?"; grep -E "TFLOP|geomean" "$R/bench-llama3-8b-matmul.txt" | cut -c1-170 | head -20 ;;
-    depth) timeout 300 python3 benchmarks/check_wait_depth.py --json "$R/check-wait-depth.json" > "$R/check-wait-depth.txt" 2>&1; echo "rc=$?"; tail -5 "$R/check-wait-depth.txt" ;;
     t3) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_cross_entropy.py tests/ops/test_embedding_bag.py tests/ops/test_scatter.py > "$R/pytest-gpu-t3.txt" 2>&1; tail -4 "$R/pytest-gpu-t3.txt" ;;
     *) echo "unknown step $step" ;;
   esac
