@@ -27,6 +27,8 @@ TMA, mbarrier and warpgroup_mma.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -296,6 +298,9 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
 # ----------------------------------------------------------------------------- host side
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}
+# Specializations (constexprs, tile, dtypes, device) that launched once / that failed to build.
+_BUILT: set = set()
+FAILED: set = set()
 
 
 def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
@@ -306,6 +311,15 @@ def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
         return False
     e = out.element_size()
     return out.stride(1) == 1 and (out.stride(0) * e) % 16 == 0 and out.data_ptr() % 16 == 0 and min(out.shape) > 0
+
+
+def ring_slots(cfg, in_size: int, out_size: int, smem_per_block: int) -> int:
+    """Ring slots for ``cfg``: as many as it asks for that fit, with the two output buffers (an
+    fp32 output's take twice the room) and 1 KB for the barriers, in ``smem_per_block`` bytes
+    of shared memory; at least 2."""
+    slot = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * in_size
+    room = smem_per_block - 2 * cfg.BLOCK_M * cfg.BLOCK_N * out_size - 1024
+    return max(2, min(cfg.num_stages, room // slot))
 
 
 def _descriptor(t: torch.Tensor, rows: int, cols: int):
@@ -322,10 +336,12 @@ def _descriptor(t: torch.Tensor, rows: int, cols: int):
     return TensorDescriptor(tt, list(tt.shape), [tt.stride(0), 1], block, layout), transposed
 
 
-def launch(cfg, a, b, c, bias, out, alpha, beta, act: int):
+def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     """2-D a (M, K), b (K, N), out (M, N) with ``launchable`` true; c None or broadcast to (M, N).
-    ``cfg``: a ``_gemm.Config`` of kind "ws" (BLOCK_M x BLOCK_N per consumer warpgroup,
-    BLOCK_K, GROUP_M, num_stages ring slots)."""
+    ``cfg``: a ``_gemm.Config`` of kind "pingpong" (BLOCK_M x BLOCK_N per consumer warpgroup,
+    BLOCK_K, GROUP_M, num_stages ring slots). Returns False, with a warning once per
+    specialization, when the kernel does not build or launch here (Gluon is an experimental
+    dialect whose API moves between Triton releases): the caller then takes the Triton kernels."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from ._gemm import _aligned
@@ -338,12 +354,8 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int):
     b_desc, b_t = _descriptor(b, cfg.BLOCK_K, cfg.BLOCK_N)
     out_layout = gl.NVMMASharedLayout.get_default_for([cfg.BLOCK_M, cfg.BLOCK_N], _GL_DTYPES[out.dtype])
     out_desc = TensorDescriptor(out, [m, n], [out.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N], out_layout)
-    # Ring slots: as many as asked for that fit next to the two output buffers (an fp32 output's
-    # take twice the room), at least 2.
-    slot = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * a.element_size()
-    room = shared_memory_limits(a.device.index if a.device.index is not None else torch.cuda.current_device())[0]
-    room -= 2 * cfg.BLOCK_M * cfg.BLOCK_N * out.element_size() + 1024
-    stages = max(2, min(cfg.num_stages, room // slot))
+    stages = ring_slots(cfg, a.element_size(), out.element_size(), shared_memory_limits(
+        a.device.index if a.device.index is not None else torch.cuda.current_device())[0])
     tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
     grid = min(tiles, sm_count(a.device))
     cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
@@ -355,10 +367,23 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int):
     producer_regs = 40
     consumer_regs = min(256, (regs - 128 * producer_regs) // 256 // 8 * 8)
     launch_regs = min(255, regs // (12 * 32) // 8 * 8)
-    _matmul_ws_kernel[(grid, )](
-        a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out,
-        m, n, k, float(alpha), float(beta), *cs,
-        A_T=a_t, B_T=b_t, HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
-        GROUP_M=cfg.GROUP_M, STAGES=stages, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-        num_warps=4, maxnreg=launch_regs, **{"SERIAL": False, "EPI_REPEAT": 1, **DIAGNOSTIC},
-    )
+    kw = dict(A_T=a_t, B_T=b_t, HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
+              GROUP_M=cfg.GROUP_M, STAGES=stages, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
+              num_warps=4, maxnreg=launch_regs, **{"SERIAL": False, "EPI_REPEAT": 1, **DIAGNOSTIC})
+    args = (a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out,
+            m, n, k, float(alpha), float(beta), *cs)
+    key = (tuple(sorted(kw.items())), cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, a.dtype, out.dtype, a.device)
+    if key in FAILED:
+        return False
+    if key in _BUILT:
+        _matmul_ws_kernel[(grid, )](*args, **kw)
+        return True
+    try:  # the first launch of a specialization builds it; nothing runs if that fails
+        _matmul_ws_kernel[(grid, )](*args, **kw)
+    except Exception as e:  # noqa: BLE001 (a build failure means: use the Triton kernels)
+        FAILED.add(key)
+        warnings.warn(f"roofkit.matmul: the ping-pong kernel did not build or launch with this Triton / device "
+                      f"({type(e).__name__}: {str(e)[:200]}); using the Triton kernels", RuntimeWarning, stacklevel=3)
+        return False
+    _BUILT.add(key)
+    return True

@@ -175,9 +175,11 @@ def _pingpong_ok(a, b, out) -> bool:
     """The Gluon ping-pong kernel can run (Hopper, 16-bit inputs, TMA-storable output)."""
     if a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
         return False
-    from . import _gemm_ws
-
-    return _gemm_ws.launchable(a, b, out)
+    try:
+        from . import _gemm_ws
+    except ImportError:  # a Triton without Gluon's Hopper module
+        return False
+    return not _gemm_ws.FAILED and _gemm_ws.launchable(a, b, out)
 
 
 def _default_config(a, b, out) -> Config:
@@ -253,7 +255,10 @@ def _launch(cfg: Config, a, b, c, bias, out, alpha, beta, act: int) -> torch.Ten
     elif cfg.kind == "pingpong":
         from . import _gemm_ws  # Gluon (Hopper only): imported where it can run
 
-        _gemm_ws.launch(cfg, a, b, c, bias, out, alpha, beta, act)
+        if not _gemm_ws.launch(cfg, a, b, c, bias, out, alpha, beta, act):  # did not build here: warned
+            m, k = a.shape
+            fallback = _launch_config(m, b.shape[1], k, a.dtype, a.device, _gemm.tma_supported(a.device))
+            _launch(fallback, a, b, c, bias, out, alpha, beta, act)
     else:
         _gemm.launch_ptr(cfg, a[None], b[None], c[None] if c is not None else None, bias, out[None], alpha, beta, act)
     return out

@@ -1,0 +1,226 @@
+"""The Gluon ping-pong GEMM (roofkit.ops._gemm_ws): CPU checks of its host side, its epilogue's
+constants and its sm_90 build (offline, Triton's bundled ptxas); GPU checks against float64.
+
+The kernel itself runs only on a Hopper GPU (wgmma): the GPU tests are marked ``gpu``.
+"""
+
+import importlib
+import json
+import math
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roofkit.ops.matmul import Config, matmul
+
+pytestmark = pytest.mark.matmul
+
+mm = importlib.import_module("roofkit.ops.matmul")
+try:
+    ws = importlib.import_module("roofkit.ops._gemm_ws")
+except ImportError:  # a Triton without Gluon's Hopper module
+    ws = None
+
+needs_gluon = pytest.mark.skipif(ws is None, reason="this Triton has no Gluon Hopper module")
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+PP = [mm.PINGPONG_DEFAULT, Config(128, 128, 64, 8, 4, 4, kind="pingpong", persistent=True),
+      Config(64, 256, 64, 8, 4, 4, kind="pingpong", persistent=True)]
+
+
+# ----------------------------------------------------------------------------- CPU
+
+
+@needs_gluon
+def test_pingpong_not_launchable_off_hopper(device):
+    a = torch.randn(256, 256, device=device, dtype=torch.float16)
+    out = torch.empty(256, 256, device=device, dtype=torch.float16)
+    assert ws.launchable(a, a, out) == HOPPER
+    if not HOPPER:  # the default stays the Triton kernel and the tuner does not offer it
+        assert mm._default_config(a, a, out).kind != "pingpong"
+        assert not mm._pingpong_ok(a, a, out)
+
+
+def test_pingpong_candidates_only_when_offered():
+    dev = torch.device("cpu")
+    with_pp = mm._candidates(4096, 4096, 4096, torch.bfloat16, dev, True, pingpong=True)
+    without = mm._candidates(4096, 4096, 4096, torch.bfloat16, dev, True)
+    assert [c for c in with_pp if c.kind == "pingpong"] and not [c for c in without if c.kind == "pingpong"]
+    assert mm.PINGPONG_DEFAULT in with_pp
+
+
+def _gelu_as_built(x: torch.Tensor, short: bool) -> torch.Tensor:
+    """The epilogue's GELU with the module's constants, evaluated step by step in float32
+    (exact reciprocal and exp2 standing in for the SFU's ~1-ulp ones)."""
+    ax = x.abs()
+    zs = ax * ws.ZS.value
+    if short:
+        t = 1.0 / (ax * ws.AS_P.value + 1.0)
+        p = t * ws.A5.value + ws.A4.value
+        for c in (ws.A3, ws.A2, ws.A1):
+            p = p * t + c.value
+        q = (t * p) * torch.exp2(-(zs * zs))
+    else:
+        t = 1.0 / (ax * ws.HALF_RSQRT2.value + 1.0)
+        p = t * ws.P9.value + ws.P8.value
+        for c in (ws.P7, ws.P6, ws.P5, ws.P4, ws.P3, ws.P2, ws.P1, ws.P0):
+            p = p * t + c.value
+        q = t * torch.exp2(p - zs * zs)
+    return torch.clamp(x, min=0.0) - ax * q
+
+
+@needs_gluon
+@pytest.mark.parametrize("short", [True, False])
+def test_pingpong_gelu_constants_give_the_erf_gelu(short):
+    # The folded coefficients (0.5 and log2 e moved into the fits) must still give x * Phi(x):
+    # absolute error <= 6e-7 everywhere in [-12, 12] (float32 evaluation included), relative
+    # error <= 3e-6 where x >= -3 for the 10-term fit, <= 1e-4 for the 5-term fit (16-bit outputs).
+    x = torch.linspace(-12, 12, 480001, dtype=torch.float64)
+    ref = x * 0.5 * torch.erfc(-x / math.sqrt(2))
+    got = _gelu_as_built(x.float(), short).double()
+    err = (got - ref).abs()
+    assert err.max() <= 6e-7
+    keep = x >= -3
+    rel = (err[keep] / ref[keep].abs().clamp_min(1e-30)).max()
+    assert rel <= (1e-4 if short else 3e-6), rel
+    assert torch.isnan(_gelu_as_built(torch.tensor([float("nan")]), short)).all()
+
+
+_COMPILE_PINGPONG = r"""
+import importlib, json, sys
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import mangle_type
+ws = importlib.import_module("roofkit.ops._gemm_ws")
+out = []
+for bm, bn, bk, stages, act, b_t, dt, odt in json.loads(sys.argv[1]):
+    dt, odt = getattr(torch, dt), getattr(torch, odt)
+    def desc(block, dtype):
+        t = torch.empty((1024, 1024), dtype=dtype)
+        return TensorDescriptor(t, [1024, 1024], [1024, 1], block,
+                                gl.NVMMASharedLayout.get_default_for(block, ws._GL_DTYPES[dtype]))
+    descs = [desc([bm, bk], dt), desc([bn, bk] if b_t else [bk, bn], dt), desc([bm, bn], odt)]
+    sig = {"a_desc": mangle_type(descs[0]), "b_desc": mangle_type(descs[1]), "out_desc": mangle_type(descs[2]),
+           "c_ptr": "*fp16", "bias_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32",
+           "beta": "fp32", "s_cm": "i32", "s_cn": "i32"}
+    consts = {"A_T": False, "B_T": bool(b_t), "HAS_C": False, "HAS_BIAS": True, "ACTIVATION": act, "GROUP_M": 8,
+              "STAGES": stages, "CONSUMER_REGS": 232, "PRODUCER_REGS": 40, "SERIAL": False, "EPI_REPEAT": 1}
+    sig.update({name: "constexpr" for name in consts})
+    k = triton.compile(GluonASTSource(ws._matmul_ws_kernel, sig, consts, {}), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "maxnreg": 168})
+    ptx = k.asm["ptx"]
+    open(sys.argv[2] + f"/k{len(out)}.ptx", "w").write(ptx)
+    out.append({"shared": k.metadata.shared, "wgmma": ptx.count("wgmma.mma_async"), "tma": "cp.async.bulk.tensor" in ptx,
+                "setmaxnreg": "setmaxnreg" in ptx, "ex2_ftz": "ex2.approx.ftz.f32" in ptx})
+print(json.dumps(out))
+"""
+
+
+@needs_gluon
+def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
+    # No GPU needed: the kernel built for sm_90 in a fresh process (the test session runs the
+    # interpreter, which cannot build Gluon), then Triton's bundled ptxas reports its registers:
+    # the consumers' 128-register accumulators must fit without spilling, in at most the 227 KB
+    # of shared memory an sm_90 block can opt in to.
+    # The ring slots as the launcher chooses them for an sm_90 block (227 KB): 5 for a bf16
+    # output, 2 for 64x256 tiles with an fp32 output (its two output buffers take 128 KB).
+    limit = 232448
+    cases = [(mm.PINGPONG_DEFAULT, 2, False, torch.bfloat16, torch.bfloat16),
+             (PP[2], 4, True, torch.float16, torch.float32)]
+    configs = [(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, ws.ring_slots(c, dt.itemsize, odt.itemsize, limit), act, b_t,
+                str(dt)[6:], str(odt)[6:]) for c, act, b_t, dt, odt in cases]
+    assert [c[3] for c in configs] == [5, 2]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    src = str(pathlib.Path(mm.__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH", "")] if p)
+    run = subprocess.run([sys.executable, "-c", _COMPILE_PINGPONG, json.dumps(configs), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(results) == len(configs)
+    for i, r in enumerate(results):
+        assert 0 < r["shared"] <= limit, r
+        assert r["wgmma"] > 0 and r["tma"] and r["setmaxnreg"], r
+        assert r["ex2_ftz"] == (configs[i][4] in (2, 3, 4)), r
+    import triton
+
+    ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas to count registers (the build itself passed)")
+    for i in range(len(configs)):
+        v = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(tmp_path / f"k{i}.ptx"), "-o", str(tmp_path / f"k{i}.cubin")],
+                           capture_output=True, text=True, timeout=300)
+        assert v.returncode == 0, v.stderr[-2000:]
+        assert "0 bytes spill stores" in v.stderr, v.stderr[-1000:]
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+def _operands(m, n, k, lay, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    b = torch.randn(k, n, device="cuda", dtype=dtype, generator=g)
+    if lay[0] == "t":
+        a = a.t().contiguous().t()
+    if lay[1] == "t":
+        b = b.t().contiguous().t()
+    return a, b, torch.randn(n, device="cuda", dtype=dtype, generator=g), torch.randn(m, n, device="cuda", dtype=dtype, generator=g)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the ping-pong kernel needs a Hopper GPU")
+@pytest.mark.parametrize("cfg", PP, ids=lambda c: c.label())
+@pytest.mark.parametrize("shape,lay", [((2048, 1536, 4096), "nn"), ((1000, 1000, 1000), "nt"), ((300, 4096, 72), "tn"),
+                                       ((127, 264, 1021), "tt"), ((2000, 3000, 100), "nn")])
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_pingpong_matches_float64(cfg, shape, lay, act):
+    # Several tiles per program (2048x1536: 192 tiles), ragged edges, every layout, each
+    # activation with bias and beta * c; outputs poisoned first, two runs bit-identical.
+    m, n, k = shape
+    a, b, bias, c = _operands(m, n, k, lay, torch.bfloat16, seed=m + n + k)
+    ref = mm._activation_torch(0.5 * (a.double() @ b.double()) - 2.0 * c.double() + bias.double(), act)
+    tor = mm.matmul_torch(a, b, bias=bias, activation=act, alpha=0.5, beta=-2.0, c=c)
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        assert ws.launch(cfg, a, b, c, bias, out, 0.5, -2.0, mm.ACTIVATIONS[act])
+        outs.append(out)
+    torch.cuda.synchronize()
+    err = ((outs[0].double() - ref).norm() / ref.norm()).item()
+    terr = ((tor.double() - ref).norm() / ref.norm()).item()
+    assert not torch.isnan(outs[0]).any()
+    assert err <= 2 * terr + 1e-3, (err, terr)
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the ping-pong kernel needs a Hopper GPU")
+@pytest.mark.parametrize("dtype,out_dtype", [(torch.float16, torch.float16), (torch.float16, torch.float32),
+                                             (torch.bfloat16, torch.float32)])
+def test_pingpong_is_the_default_and_matches_float64(dtype, out_dtype):
+    # Through the public op (ROOFKIT_AUTOTUNE=0 or not): a Hopper GPU takes the ping-pong kernel
+    # for this size; fp32 outputs take the 10-term GELU fit.
+    a, b, bias, _ = _operands(1024, 768, 512, "nt", dtype, seed=3)
+    out = torch.empty(1024, 768, device="cuda", dtype=out_dtype)
+    assert mm._default_config(a, b, out).kind == "pingpong"
+    got = matmul(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)
+    ref = F.gelu(a.double() @ b.double() + bias.double())
+    err = ((got.double() - ref).norm() / ref.norm()).item()
+    assert got.dtype == out_dtype
+    if out_dtype == torch.float32:  # fp32 accumulation of exact products, one rounding: ~1e-7
+        assert err <= 1e-5, err
+    else:
+        terr = ((F.gelu(torch.matmul(a, b) + bias).double() - ref).norm() / ref.norm()).item()
+        assert err <= 2 * terr + 1e-4, (err, terr)
