@@ -42,24 +42,26 @@ def main():
                 ("triton ptr plain", PTR, 0, {}), ("triton ptr gelu", PTR, 2, {}), ("triton ptr gelu x1 again", PTR, 2, {}),
                 ("pingpong gelu again", PP, 2, {})]
     rows = []
-    for name, cfg, act, diag in variants:
-        def fn():
-            WS.DIAGNOSTIC.clear()
-            WS.DIAGNOSTIC.update(diag)
-            mm._launch(cfg, a, b, None, bv if act else None, out, 1.0, 0.0, act)
-        fn()
-        torch.cuda.synchronize()
-        cold = _time_ms(fn)
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(200):
+    try:
+        for name, cfg, act, diag in variants:
+            def fn():
+                WS.DIAGNOSTIC.clear()
+                WS.DIAGNOSTIC.update(diag)
+                mm._launch(cfg, a, b, None, bv if act else None, out, 1.0, 0.0, act)
             fn()
-        e.record()
-        torch.cuda.synchronize()
-        warm = s.elapsed_time(e) / 200
-        rows.append((name, cold, warm))
-        print(f"{name:28s} cold {cold * 1e3:8.1f} us   warm {warm * 1e3:8.1f} us", flush=True)
-    WS.DIAGNOSTIC.clear()
+            torch.cuda.synchronize()
+            cold = _time_ms(fn)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(200):
+                fn()
+            e.record()
+            torch.cuda.synchronize()
+            warm = s.elapsed_time(e) / 200
+            rows.append((name, cold, warm))
+            print(f"{name:28s} cold {cold * 1e3:8.1f} us   warm {warm * 1e3:8.1f} us", flush=True)
+    finally:
+        WS.DIAGNOSTIC.clear()
     base = {r[0]: r for r in rows}
     print("\nsummary (cold / warm, % over the same kernel's plain):")
     for name, cold, warm in rows:

@@ -44,9 +44,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ._common import interpreter_active, registers_per_sm, shared_memory_limits, sm_count
 
 LOG2E = 1.4426950408889634
-# Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py): SERIAL = the
-# other consumer starts after this one's epilogue (no overlap), EPI_REPEAT = the GELU applied
-# that many times (a longer epilogue).
+# Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py, which clears
+# it in a ``finally``): SERIAL = the other consumer starts after this one's epilogue (no
+# overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue). Other keys are
+# refused. Not thread-safe; empty in normal use.
 DIAGNOSTIC: dict = {}
 
 
@@ -106,10 +107,11 @@ ZS = gl.constexpr((LOG2E / 2.0) ** 0.5)  # z sqrt(log2 e) = |x| sqrt(log2 e / 2)
 LOG2E_C = gl.constexpr(LOG2E)
 
 
-# For 16-bit outputs, Abramowitz & Stegun 7.1.26: erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2),
-# t = 1 / (1 + p z), absolute error <= 1.5e-7, i.e. Phi within 7.5e-8 absolute: far below half a
-# unit in the last place of a bf16 / fp16 result wherever Phi(x) > 1e-3, and in the far negative
-# tail no worse (in absolute terms) than torch's own x * 0.5 * (1 + erf(x / sqrt 2)) in float32.
+# For bfloat16 outputs, Abramowitz & Stegun 7.1.26: erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2),
+# t = 1 / (1 + p z), absolute error <= 1.5e-7, i.e. Phi within 7.5e-8 absolute: GELU within
+# 2e-4 relative where |GELU(x)| > 1e-3, a fortieth of a bf16 unit in the last place, and in the
+# far negative tail no worse (in absolute terms) than torch's own x * 0.5 * (1 + erf(x / sqrt 2))
+# in float32. (fp16's unit is 16x finer: fp16 and fp32 outputs take the 10-term fit.)
 # Four fused multiply-adds instead of nine. Coefficients times 0.5 (the 0.5 of Phi = erfc / 2).
 AS_P = gl.constexpr(0.3275911 * 0.7071067811865476)  # p z = |x| p / sqrt(2)
 A5 = gl.constexpr(0.5 * 1.061405429)
@@ -121,10 +123,9 @@ A1 = gl.constexpr(0.5 * 0.254829592)
 
 @gluon.jit
 def _gelu(x, SHORT: gl.constexpr):
-    """x * Phi(x), the exact (erf) GELU: Phi(-|x|) = q from an erfc fit, then
-    x Phi(x) = max(x, 0) - |x| q (x >= 0: x (1 - q); x < 0: x q; NaN stays NaN through the FMA).
-    SHORT (a 16-bit output): the 5-term fit, ~14 instructions per element (two of them SFU);
-    else the 10-term fit (fractional error < 1.2e-7), ~19."""
+    """x * Phi(x), the exact (erf) GELU: Phi(-|x|) = q from an erfc fit, Phi(x) = q for x < 0,
+    1 - q otherwise (NaN stays NaN). SHORT (a bfloat16 output): the 5-term fit, ~16 instructions
+    per element (two of them SFU); else the 10-term fit (fractional error < 1.2e-7), ~21."""
     ax = gl.abs(x)
     zs = ax * ZS
     e = _ex2(-(zs * zs))  # exp(-z^2)
@@ -147,7 +148,7 @@ def _gelu(x, SHORT: gl.constexpr):
         p = p * t + P1
         p = p * t + P0
         q = t * _ex2(p - zs * zs)
-    return gl.maximum(x, 0.0) - ax * q
+    return x * gl.where(x < 0, q, 1.0 - q)  # +inf -> +inf, -inf -> NaN (as x * Phi(x) in float64)
 
 
 @gluon.jit
@@ -250,10 +251,10 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
             acc = gl.where(acc < 0.0, 0.0, acc)  # NaN stays NaN (the compare is false), as torch.relu
         elif ACTIVATION == 2:
             for _r in gl.static_range(EPI_REPEAT):
-                acc = _gelu(acc, out_desc.dtype.primitive_bitwidth == 16)
+                acc = _gelu(acc, out_desc.dtype == gl.bfloat16)
         elif ACTIVATION == 3:
             u2 = (2.0 * 0.7978845608028654 * LOG2E_C) * (acc + 0.044715 * acc * acc * acc)  # 2u log2 e
-            acc = acc - acc * _rcp(_ex2(u2) + 1.0)  # 0.5 x (1 + tanh u) = x (1 - 1 / (exp(2u) + 1))
+            acc = acc * _rcp(1.0 + _ex2(-u2))  # 0.5 x (1 + tanh u) = x / (1 + exp(-2u)): no cancellation
         elif ACTIVATION == 4:
             acc = acc * _rcp(1.0 + _ex2(acc * -LOG2E_C))
         # The previous tile's store from this buffer must have read it before it is rewritten.
@@ -298,7 +299,7 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
 # ----------------------------------------------------------------------------- host side
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}
-# Specializations (constexprs, tile, dtypes, device) that launched once / that failed to build.
+# Specializations (constexprs, operand layouts, tile, dtypes, device) built once / that failed to build.
 _BUILT: set = set()
 FAILED: set = set()
 
@@ -322,68 +323,81 @@ def ring_slots(cfg, in_size: int, out_size: int, smem_per_block: int) -> int:
     return max(2, min(cfg.num_stages, room // slot))
 
 
+def register_split(regs_per_sm: int, producer_regs: int = 40) -> tuple[int, int, int]:
+    """(registers per thread at launch, per consumer thread, per producer thread). The 12 warps
+    (the producer's warpgroup is padded to 4) share the SM's register file: an equal share each
+    at launch (a multiple of 8), then setmaxnreg gives ``producer_regs`` to the producer's
+    warpgroup and splits the rest of that pool between the two consumer warpgroups (multiples of
+    8, at most 256). 65536 registers: (168, 232, 40)."""
+    launch = min(255, regs_per_sm // (12 * 32) // 8 * 8)
+    consumer = min(256, (launch * 12 * 32 - 128 * producer_regs) // 256 // 8 * 8)
+    return launch, consumer, producer_regs
+
+
+def _descriptor_layout(t: torch.Tensor) -> bool:
+    """Whether ``_descriptor`` describes ``t`` as its transpose (``t`` column-major)."""
+    return not (t.stride(1) == 1 and (t.shape[1] > 1 or t.stride(0) != 1))
+
+
 def _descriptor(t: torch.Tensor, rows: int, cols: int):
     """(Gluon descriptor, transposed) for an operand that ``_gemm._aligned`` accepted."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    if t.stride(1) == 1 and (t.shape[1] > 1 or t.stride(0) != 1):
-        block = [rows, cols]
-        tt, transposed = t, False
-    else:
-        block = [cols, rows]
-        tt, transposed = t.t(), True
+    transposed = _descriptor_layout(t)
+    block, tt = ([cols, rows], t.t()) if transposed else ([rows, cols], t)
     layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
     return TensorDescriptor(tt, list(tt.shape), [tt.stride(0), 1], block, layout), transposed
 
 
 def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
-    """2-D a (M, K), b (K, N), out (M, N) with ``launchable`` true; c None or broadcast to (M, N).
-    ``cfg``: a ``_gemm.Config`` of kind "pingpong" (BLOCK_M x BLOCK_N per consumer warpgroup,
-    BLOCK_K, GROUP_M, num_stages ring slots). Returns False, with a warning once per
-    specialization, when the kernel does not build or launch here (Gluon is an experimental
-    dialect whose API moves between Triton releases): the caller then takes the Triton kernels."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
+    """2-D a (M, K), b (K, N), out (M, N); c None or broadcast to (M, N). ``cfg``: a
+    ``_gemm.Config`` of kind "pingpong" (BLOCK_M x BLOCK_N per consumer warpgroup, BLOCK_K,
+    GROUP_M, num_stages ring slots). Returns False without launching when ``launchable`` is
+    false, or, with a warning once per specialization, when the kernel does not build here
+    (Gluon is an experimental dialect whose API moves between Triton releases): the caller then
+    takes the Triton kernels. Errors of the launch itself propagate."""
+    if not launchable(a, b, out):
+        return False
+    unknown = set(DIAGNOSTIC) - {"SERIAL", "EPI_REPEAT"}
+    if unknown:
+        raise ValueError(f"roofkit.ops._gemm_ws.DIAGNOSTIC: unknown overrides {sorted(unknown)}")
     from ._gemm import _aligned
 
     m, k = a.shape
     n = b.shape[1]
-    a = _aligned(a)
-    b = _aligned(b)
-    a_desc, a_t = _descriptor(a, cfg.BLOCK_M, cfg.BLOCK_K)
-    b_desc, b_t = _descriptor(b, cfg.BLOCK_K, cfg.BLOCK_N)
-    out_layout = gl.NVMMASharedLayout.get_default_for([cfg.BLOCK_M, cfg.BLOCK_N], _GL_DTYPES[out.dtype])
-    out_desc = TensorDescriptor(out, [m, n], [out.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N], out_layout)
-    stages = ring_slots(cfg, a.element_size(), out.element_size(), shared_memory_limits(
-        a.device.index if a.device.index is not None else torch.cuda.current_device())[0])
+    idx = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    stages = ring_slots(cfg, a.element_size(), out.element_size(), shared_memory_limits(idx)[0])
     tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
     grid = min(tiles, sm_count(a.device))
     cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
-    # 12 warps (the producer's warpgroup is padded to 4) share the SM's register file: an equal
-    # share each at launch, then reallocated (setmaxnreg, multiples of 8, at most 255... 256) to
-    # 40 per producer thread and the rest split between the two consumer warpgroups
-    # (65536 registers: 168 at launch, 232 per consumer thread).
-    regs = registers_per_sm(a.device.index if a.device.index is not None else torch.cuda.current_device())
-    producer_regs = 40
-    consumer_regs = min(256, (regs - 128 * producer_regs) // 256 // 8 * 8)
-    launch_regs = min(255, regs // (12 * 32) // 8 * 8)
-    kw = dict(A_T=a_t, B_T=b_t, HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
-              GROUP_M=cfg.GROUP_M, STAGES=stages, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-              num_warps=4, maxnreg=launch_regs, **{"SERIAL": False, "EPI_REPEAT": 1, **DIAGNOSTIC})
-    args = (a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out,
-            m, n, k, float(alpha), float(beta), *cs)
-    key = (tuple(sorted(kw.items())), cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, a.dtype, out.dtype, a.device)
+    launch_regs, consumer_regs, producer_regs = register_split(registers_per_sm(idx))
+    kw = dict(HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, GROUP_M=cfg.GROUP_M, STAGES=stages,
+              CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=launch_regs,
+              SERIAL=bool(DIAGNOSTIC.get("SERIAL", False)), EPI_REPEAT=int(DIAGNOSTIC.get("EPI_REPEAT", 1)))
+    a = _aligned(a)
+    b = _aligned(b)
+    key = (tuple(sorted(kw.items())), _descriptor_layout(a), _descriptor_layout(b), cfg.BLOCK_M, cfg.BLOCK_N,
+           cfg.BLOCK_K, a.dtype, out.dtype, idx)
     if key in FAILED:
         return False
-    if key in _BUILT:
-        _matmul_ws_kernel[(grid, )](*args, **kw)
-        return True
-    try:  # the first launch of a specialization builds it; nothing runs if that fails
-        _matmul_ws_kernel[(grid, )](*args, **kw)
-    except Exception as e:  # noqa: BLE001 (a build failure means: use the Triton kernels)
+    try:  # descriptors and the build: a failure here means this Triton / device cannot run it
+        a_desc, a_t = _descriptor(a, cfg.BLOCK_M, cfg.BLOCK_K)
+        b_desc, b_t = _descriptor(b, cfg.BLOCK_K, cfg.BLOCK_N)
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        out_layout = gl.NVMMASharedLayout.get_default_for([cfg.BLOCK_M, cfg.BLOCK_N], _GL_DTYPES[out.dtype])
+        out_desc = TensorDescriptor(out, [m, n], [out.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N], out_layout)
+        kw.update(A_T=a_t, B_T=b_t)
+        args = (a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out,
+                m, n, k, float(alpha), float(beta), *cs)
+        if key not in _BUILT:
+            kernel = _matmul_ws_kernel.warmup(*args, grid=(1, ), **kw)
+            kernel._init_handles()  # loads it: shared memory / registers too large fail here
+            _BUILT.add(key)
+    except Exception as e:  # noqa: BLE001 (any build failure means: use the Triton kernels)
         FAILED.add(key)
-        warnings.warn(f"roofkit.matmul: the ping-pong kernel did not build or launch with this Triton / device "
+        warnings.warn(f"roofkit.matmul: the ping-pong kernel did not build with this Triton / device "
                       f"({type(e).__name__}: {str(e)[:200]}); using the Triton kernels", RuntimeWarning, stacklevel=3)
         return False
-    _BUILT.add(key)
+    _matmul_ws_kernel[(grid, )](*args, **kw)
     return True

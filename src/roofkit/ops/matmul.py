@@ -163,32 +163,35 @@ def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.dev
     return Config(bm, bn, bk, 8, 4, 4, kind=kind)
 
 
-# The default on Hopper for 16-bit problems of at least 256 x 256 outputs (ROOFKIT_AUTOTUNE=0 too):
-# the Gluon ping-pong kernel, 128x128 per consumer warpgroup, 5 ring slots. H200, 2026-12-01
-# (benchmarks/NOTES.md, session 8): on the llama3-8b shapes within -8 % / +3 % of the Triton
-# 128x256 kernel (qkv 541 vs 587 us, lm_head 12.52 vs 13.04 ms), and its GELU epilogue runs
-# under the other warpgroup's main loop.
+# The default on Hopper for 16-bit inputs and outputs without c, when the output has at least
+# 2 x SMs tiles of 128 x 128 (each program then has tiles for both consumer warpgroups), also
+# with ROOFKIT_AUTOTUNE=0: the Gluon ping-pong kernel, 128x128 per consumer warpgroup, 5 ring
+# slots. H200, 2026-12-01 (benchmarks/NOTES.md, session 8): on the llama3-8b shapes within
+# -8 % / +3 % of the Triton 128x256 kernel (qkv 541 vs 587 us, lm_head 12.52 vs 13.04 ms), and
+# its GELU epilogue runs under the other warpgroup's main loop.
 PINGPONG_DEFAULT = Config(128, 128, 64, 8, 4, 5, kind="pingpong", persistent=True)
 
 
-def _pingpong_ok(a, b, out) -> bool:
-    """The Gluon ping-pong kernel can run (Hopper, 16-bit inputs, TMA-storable output)."""
-    if a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
+def _pingpong_ok(a, b, out, c=None) -> bool:
+    """The Gluon ping-pong kernel can run this problem (Hopper, 16-bit inputs, TMA-storable
+    output) and is offered for it: not with c (its per-element c loads spill registers for
+    strided or broadcast c; the Triton kernels take those)."""
+    if c is not None or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
         return False
     try:
         from . import _gemm_ws
     except ImportError:  # a Triton without Gluon's Hopper module
         return False
-    return not _gemm_ws.FAILED and _gemm_ws.launchable(a, b, out)
+    return _gemm_ws.launchable(a, b, out)
 
 
-def _default_config(a, b, out) -> Config:
-    """``_launch_config``, or ``PINGPONG_DEFAULT`` where that kernel runs and the output has at
-    least 256 x 256 elements (and split-K is not chosen)."""
+def _default_config(a, b, out, c=None) -> Config:
+    """``_launch_config``, or ``PINGPONG_DEFAULT`` where that kernel runs (see there)."""
     m, k = a.shape
     n = b.shape[1]
     default = _launch_config(m, n, k, a.dtype, a.device, _gemm.tma_supported(a.device))
-    if default.split_k == 1 and m >= 256 and n >= 256 and _pingpong_ok(a, b, out):
+    if (default.split_k == 1 and out.element_size() == 2 and m >= 256 and n >= 256
+            and triton.cdiv(m, 128) * triton.cdiv(n, 128) >= 2 * sm_count(a.device) and _pingpong_ok(a, b, out, c)):
         return PINGPONG_DEFAULT
     return default
 
@@ -255,7 +258,9 @@ def _launch(cfg: Config, a, b, c, bias, out, alpha, beta, act: int) -> torch.Ten
     elif cfg.kind == "pingpong":
         from . import _gemm_ws  # Gluon (Hopper only): imported where it can run
 
-        if not _gemm_ws.launch(cfg, a, b, c, bias, out, alpha, beta, act):  # did not build here: warned
+        # A tuned entry is shared by a size bucket: this output may not be TMA-storable, or the
+        # kernel may not build here (warned once): then the Triton kernels.
+        if not (_pingpong_ok(a, b, out, c) and _gemm_ws.launch(cfg, a, b, c, bias, out, alpha, beta, act)):
             m, k = a.shape
             fallback = _launch_config(m, b.shape[1], k, a.dtype, a.device, _gemm.tma_supported(a.device))
             _launch(fallback, a, b, c, bias, out, alpha, beta, act)
@@ -268,8 +273,8 @@ def _choose(a, b, c, bias, out, alpha, beta, act: int) -> Config:
     m, k = a.shape
     n = b.shape[1]
     tma = _gemm.tma_supported(a.device)
-    default = _default_config(a, b, out)
-    pingpong = m > 64 and n > 64 and _pingpong_ok(a, b, out)
+    default = _default_config(a, b, out, c)
+    pingpong = m > 64 and n > 64 and _pingpong_ok(a, b, out, c)
     if not _autotune.active(a.device):
         return default
 
@@ -614,7 +619,7 @@ def describe_launch(case, dtype, device) -> str:
     b = torch.empty((n, k), dtype=dtype, device=device).t() if case.get("b_layout") == "transposed" else torch.empty((k, n), dtype=dtype, device=device)
     c = torch.empty((m, n), dtype=dtype, device=device) if case.get("c") else None
     key = _tune_key(a, b, c, dtype, _gemm.ACTIVATIONS[case.get("activation")])
-    cfg = _TUNER.mem.get(key) or _default_config(a, b, torch.empty((m, n), dtype=case.get("out_dtype") or dtype, device=device))
+    cfg = _TUNER.mem.get(key) or _default_config(a, b, torch.empty((m, n), dtype=case.get("out_dtype") or dtype, device=device), c)
     source = "tuned" if key in _TUNER.mem else "default"
     w = gemm_waves(m, n, k, cfg.BLOCK_M, cfg.BLOCK_N, sm_count(device), cfg.ctas_per_sm)
     tiles = w.tiles * cfg.split_k
