@@ -80,3 +80,24 @@ def test_cli_switches_the_interpreter_on_without_a_gpu_whatever_the_environment_
     monkeypatch.setenv("TRITON_INTERPRET", inherited)
     assert cli._setup_backend() is False
     assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+def test_cli_verify_runs_on_cpu_in_a_fresh_process_without_triton_interpret():
+    # In a fresh process (the test session has the interpreter on before anything is imported):
+    # the CLI must switch the interpreter on before roofkit.ops defines its kernels, or every op
+    # fails with "0 active drivers" (fresh-user walkthrough, session 8: `roofkit bench` on CPU).
+    import pathlib
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the kernels compile for it")
+    import roofkit
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    src = str(pathlib.Path(roofkit.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH", "")] if p)
+    run = subprocess.run([sys.executable, "-m", "roofkit.cli", "verify", "softmax", "--quick", "--seeds", "1"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+    assert "softmax" in run.stdout and "pass" in run.stdout

@@ -20,7 +20,7 @@ def _setup_backend() -> bool:
     if not has_cuda:
         # Set outright: an inherited value that Triton reads as off ("", "0", "false", ...)
         # would leave it compiling for a GPU that is not there.
-        from .ops._common import interpreter_active
+        from ._env import interpreter_active  # not roofkit.ops: importing it defines every kernel
 
         if not interpreter_active():
             os.environ["TRITON_INTERPRET"] = "1"

@@ -10,13 +10,9 @@ import os
 import torch
 import triton
 
+from .._env import interpreter_active  # noqa: F401 (re-exported: the op modules import it from here)
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def interpreter_active() -> bool:
-    """True when Triton runs kernels through its CPU interpreter: TRITON_INTERPRET read as Triton
-    reads a boolean variable ("1", "true" or "on", any case; anything else is off)."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on")
 
 
 def on_input_device(fn):

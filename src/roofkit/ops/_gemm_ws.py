@@ -43,6 +43,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ._common import interpreter_active, registers_per_sm, shared_memory_limits, sm_count
 
+# TMA copies under the names Triton 3.9 keeps (async_load / async_store); 3.6 has only the older
+# names (same arguments), which 3.9 turned into errors.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
 LOG2E = 1.4426950408889634
 # Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py, which clears
 # it in a ``finally``): SERIAL = the other consumer starts after this one's epilogue (no
@@ -176,13 +181,13 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
             mbarrier.expect(bar, nbytes)
             off_k = kt * BLOCK_K
             if A_T:
-                tma.async_copy_global_to_shared(a_desc, [off_k, off_m], bar, a_bufs.index(s))
+                _tma_load(a_desc, [off_k, off_m], bar, a_bufs.index(s))
             else:
-                tma.async_copy_global_to_shared(a_desc, [off_m, off_k], bar, a_bufs.index(s))
+                _tma_load(a_desc, [off_m, off_k], bar, a_bufs.index(s))
             if B_T:
-                tma.async_copy_global_to_shared(b_desc, [off_n, off_k], bar, b_bufs.index(s))
+                _tma_load(b_desc, [off_n, off_k], bar, b_bufs.index(s))
             else:
-                tma.async_copy_global_to_shared(b_desc, [off_k, off_n], bar, b_bufs.index(s))
+                _tma_load(b_desc, [off_k, off_n], bar, b_bufs.index(s))
             cnt += 1
 
 
@@ -261,7 +266,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
         tma.store_wait(0)
         c_smem.store(acc.to(out_desc.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(out_desc, [off_m, off_n], c_smem)
+        _tma_store(out_desc, [off_m, off_n], c_smem)
         if SERIAL:
             mbarrier.arrive(turn.index(1 - W))
         i += 2
