@@ -8,7 +8,7 @@ import os
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
-if not HAS_CUDA and os.environ.get("TRITON_INTERPRET", "").strip().lower() not in ("1", "true", "on"):
+if not HAS_CUDA and os.environ.get("TRITON_INTERPRET", "").lower() not in ("1", "true", "on", "yes", "y"):
     os.environ["TRITON_INTERPRET"] = "1"  # also over an inherited value Triton reads as off
 
 import pytest  # noqa: E402

@@ -69,7 +69,7 @@ def test_cli_report_compares_two_runs(tmp_path, capsys):
     assert "regression" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("inherited", ["", "0", "false", "off", "no"])
+@pytest.mark.parametrize("inherited", ["", "0", "false", "off", "no", " 1", "1 "])
 def test_cli_switches_the_interpreter_on_without_a_gpu_whatever_the_environment_says(inherited, monkeypatch):
     # An inherited TRITON_INTERPRET="" (or "0") used to survive setdefault, and every op then
     # failed to compile for a GPU that is not there (fresh-user walkthrough, session 7).
@@ -101,3 +101,16 @@ def test_cli_verify_runs_on_cpu_in_a_fresh_process_without_triton_interpret():
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
     assert "softmax" in run.stdout and "pass" in run.stdout
+
+
+def test_interpreter_switch_reads_the_variable_as_triton_does(monkeypatch):
+    # roofkit and Triton must agree on whether the interpreter is on, or kernels are launched on
+    # CPU tensors for a GPU (or refused): compare with Triton's own reader on the values users set.
+    from triton._C.libtriton import getenv_bool
+
+    from roofkit._env import interpreter_active
+
+    for v in ["1", " 1", "1 ", "true", "TRUE", "on", "ON", "yes", "Y", "y", "t", "0", "", "false", "off", "no", "2"]:
+        monkeypatch.setenv("TRITON_INTERPRET", v)
+        assert interpreter_active() == getenv_bool("TRITON_INTERPRET", False), v
+

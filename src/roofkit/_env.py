@@ -9,7 +9,13 @@ from __future__ import annotations
 import os
 
 
+# The values Triton's getenv_bool reads as on (any case, no surrounding spaces; checked against
+# triton._C.libtriton.getenv_bool of Triton 3.6).
+TRUTHY = ("1", "true", "on", "yes", "y")
+
+
 def interpreter_active() -> bool:
     """True when Triton runs kernels through its CPU interpreter: TRITON_INTERPRET read as Triton
-    reads a boolean variable ("1", "true" or "on", any case; anything else is off)."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on")
+    reads a boolean variable ("1", "true", "on", "yes" or "y", any case, nothing around them;
+    anything else is off)."""
+    return os.environ.get("TRITON_INTERPRET", "").lower() in TRUTHY

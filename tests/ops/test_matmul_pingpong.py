@@ -9,6 +9,7 @@ import json
 import math
 import os
 import pathlib
+import struct
 import subprocess
 import sys
 import warnings
@@ -180,16 +181,19 @@ def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
     # interpreter, which cannot build Gluon), then Triton's bundled ptxas reports its registers:
     # the consumers' 128-register accumulators must fit without spilling, in at most the 227 KB
     # of shared memory an sm_90 block can opt in to.
-    # The ring slots as the launcher chooses them for an sm_90 block (227 KB): 5 (or the 4 asked
-    # for) for a 16-bit output, 2 for 64x256 tiles with an fp32 output (its two output buffers
-    # take 128 KB).
+    # The ring slots as the launcher chooses them for an sm_90 block (227 KB): 5, or the 4 a
+    # configuration asks for. Every activation form the epilogue has: the bf16 GELU takes the
+    # 5-term fit, the fp16 GELU the 10-term one.
     limit = 232448
     cases = [(mm.PINGPONG_DEFAULT, 2, False, torch.bfloat16, torch.bfloat16),
              (PP[1], 3, False, torch.float16, torch.float16),
-             (PP[2], 4, True, torch.float16, torch.float32)]
+             (PP[1], 2, True, torch.float16, torch.float16),
+             (PP[2], 4, True, torch.bfloat16, torch.bfloat16)]
     configs = [(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, ws.ring_slots(c, dt.itemsize, odt.itemsize, limit), act, b_t,
                 str(dt)[6:], str(odt)[6:]) for c, act, b_t, dt, odt in cases]
-    assert [c[3] for c in configs] == [5, 4, 2]
+    assert [c[3] for c in configs] == [5, 4, 4, 4]
+    # An fp32 output's two buffers take twice the room: 64x256 tiles keep 2 slots.
+    assert ws.ring_slots(PP[2], 2, 4, limit) == 2
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
     src = str(pathlib.Path(mm.__file__).resolve().parents[2])
@@ -199,12 +203,20 @@ def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(results) == len(configs)
+    # The register split on the sm_90 register file, and that it fits the launch-time pool.
+    launch, consumer, producer = ws.register_split(65536)
+    assert (launch, consumer, producer) == (168, 232, 40)
+    assert 2 * 128 * consumer + 128 * producer <= 12 * 32 * launch
+    as_p, half_rsqrt2 = ("0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0] for v in (ws.AS_P.value, ws.HALF_RSQRT2.value))
     for i, r in enumerate(results):
+        ptx = (tmp_path / f"k{i}.ptx").read_text()
+        if configs[i][4] == 2:  # GELU: the fit chosen by the output dtype, and x * (q or 1 - q), not max(x, 0) - |x| q
+            assert (as_p in ptx, half_rsqrt2 in ptx) == ((True, False) if configs[i][7] == "bfloat16" else (False, True)), i
+            assert "max.f32" not in ptx and "max.NaN.f32" not in ptx, i
         assert 0 < r["shared"] <= limit, r
         assert r["wgmma"] > 0 and r["tma"], r
-        # the launcher's split of the sm_90 register file: 168 at launch, 232 per consumer
-        # thread, 40 per producer thread (and the idle pad warps' 120 in between)
-        launch, consumer, producer = ws.register_split(65536)
+        # the launcher's split: 168 at launch, 232 per consumer thread, 40 per producer thread
+        # (and the idle pad warps' 120 in between)
         assert r["maxnreg"] == launch and {consumer, producer} <= set(r["setmaxnreg"]) and max(r["setmaxnreg"]) <= 256, r
         assert r["ex2_ftz"] == (configs[i][4] in (2, 3, 4)), r
     for r in results:
@@ -266,11 +278,11 @@ def test_pingpong_matches_float64(cfg, shape, lay, act):
 @pytest.mark.skipif(not HOPPER, reason="the ping-pong kernel needs a Hopper GPU")
 @pytest.mark.parametrize("cfg", PP[:2], ids=lambda c: c.label())
 @pytest.mark.parametrize("k,out_dtype", [(64, torch.bfloat16), (256, torch.bfloat16), (320, torch.bfloat16),
-                                         (384, torch.bfloat16), (192, torch.float32), (256, torch.float32)])
+                                         (384, torch.bfloat16), (256, torch.float16), (320, torch.float16)])
 def test_pingpong_many_tiles_per_program(cfg, k, out_dtype):
     # 8192 x 8192: 4096 tiles, ~31 per program, so each consumer cycles the ring and the turn
-    # barriers through many phases; K blocks per tile 1, 4, 5, 6 (ring slots 4 or 5 for a bf16
-    # output, 3 for an fp32 one: 3, 4 K blocks), i.e. below, at and past the ring's length.
+    # barriers through many phases; K blocks per tile 1, 4, 5, 6 against ring slots 4 or 5,
+    # i.e. below, at and past the ring's length; fp16 outputs take the 10-term GELU fit.
     a, b, bias, _ = _operands(8192, 8192, k, "nt", torch.bfloat16, seed=k)
     ref = F.gelu(a.double() @ b.double() + bias.double())
     out = torch.full((8192, 8192), float("nan"), device="cuda", dtype=out_dtype)
@@ -297,6 +309,8 @@ def test_pingpong_is_the_default_for_16bit_outputs(dtype, out_dtype, monkeypatch
     out = torch.empty(4096, 2048, device="cuda", dtype=out_dtype)
     pingpong = out_dtype != torch.float32
     assert (mm._default_config(a, b, out).kind == "pingpong") == pingpong
+    # not offered with c (the Triton kernels take it)
+    assert not mm._pingpong_ok(a, b, out, torch.zeros_like(out)) and mm._pingpong_ok(a, b, out) == pingpong
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         got = matmul(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)

@@ -19,7 +19,7 @@ cannot give, and why this form exists (benchmarks/NOTES.md, issue 3).
 
 Restrictions (``launchable`` checks them): CUDA device of compute capability 9.x (wgmma), not
 the interpreter, 16-bit inputs of one dtype, 2-D operands a descriptor can describe after
-``_gemm._aligned``, an output whose rows are 16-byte aligned (it is stored by TMA).
+``_gemm._aligned``, a 16-bit output whose rows are 16-byte aligned (it is stored by TMA).
 Source: the "ping-pong" kernel schedule of CUTLASS 3's Hopper GEMMs (producer warp, two consumer
 warpgroups on alternate tiles, register reallocation), written with Gluon's warp_specialize,
 TMA, mbarrier and warpgroup_mma.
@@ -313,8 +313,8 @@ def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether the ping-pong kernel can run this 2-D problem (see the module's restrictions)."""
     if interpreter_active() or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
         return False
-    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype or out.dtype not in _GL_DTYPES:
-        return False
+    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype or out.dtype not in (torch.float16, torch.bfloat16):
+        return False  # fp32 outputs: not measured, and the fp32 GELU epilogue spills registers (Triton 3.6)
     e = out.element_size()
     return out.stride(1) == 1 and (out.stride(0) * e) % 16 == 0 and out.data_ptr() % 16 == 0 and min(out.shape) > 0
 
@@ -381,8 +381,12 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
               SERIAL=bool(DIAGNOSTIC.get("SERIAL", False)), EPI_REPEAT=int(DIAGNOSTIC.get("EPI_REPEAT", 1)))
     a = _aligned(a)
     b = _aligned(b)
+    # Triton compiles a variant per divisibility of the sizes and alignment of the pointers: the
+    # key separates them, so every variant is first built inside the guard.
     key = (tuple(sorted(kw.items())), _descriptor_layout(a), _descriptor_layout(b), cfg.BLOCK_M, cfg.BLOCK_N,
-           cfg.BLOCK_K, a.dtype, out.dtype, idx)
+           cfg.BLOCK_K, a.dtype, out.dtype, idx, m % 16 == 0, n % 16 == 0, k % 16 == 0, 1 in (m, n, k),
+           bias is None or bias.data_ptr() % 16 == 0, c is None or (c.data_ptr() % 16 == 0, c.stride(0) % 16 == 0,
+                                                                   c.stride(1) % 16 == 0, c.stride(1) == 1))
     if key in FAILED:
         return False
     try:  # descriptors and the build: a failure here means this Triton / device cannot run it

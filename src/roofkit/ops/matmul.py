@@ -180,7 +180,7 @@ def _pingpong_ok(a, b, out, c=None) -> bool:
         return False
     try:
         from . import _gemm_ws
-    except ImportError:  # a Triton without Gluon's Hopper module
+    except (ImportError, AttributeError):  # a Triton without Gluon's Hopper module, or other names
         return False
     return _gemm_ws.launchable(a, b, out)
 
