@@ -12,9 +12,10 @@ partitions of warps share a ring of ``STAGES`` shared-memory slots, each holding
   has finished, and after its tile's last K block runs the epilogue (alpha, beta * c, bias,
   activation on the fp32 accumulator, one rounding) and a TMA store.
 
-Because the producer fills the ring in tile order, consumer 1's main loop starts as consumer 0's
-ends: one consumer's epilogue (for the exact GELU, ~30 instructions per element) runs while the
-other keeps the tensor cores busy. That overlap is what a single-partition persistent kernel
+The consumers' main loops take turns (two "turn" mbarriers; the producer fills the ring in
+the same tile order), so consumer 1's main loop starts as consumer 0's ends: one consumer's
+epilogue (for the exact GELU, ~16 instructions per element) runs while the other keeps the
+tensor cores busy. That overlap is what a single-partition persistent kernel
 cannot give, and why this form exists (benchmarks/NOTES.md, issue 3).
 
 Restrictions (``launchable`` checks them): CUDA device of compute capability 9.x (wgmma), not

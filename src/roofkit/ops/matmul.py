@@ -185,13 +185,16 @@ def _pingpong_ok(a, b, out, c=None) -> bool:
     return _gemm_ws.launchable(a, b, out)
 
 
-def _default_config(a, b, out, c=None) -> Config:
-    """``_launch_config``, or ``PINGPONG_DEFAULT`` where that kernel runs (see there)."""
+def _default_config(a, b, out, c=None, pingpong_ok: bool | None = None) -> Config:
+    """``_launch_config``, or ``PINGPONG_DEFAULT`` where that kernel runs (see there);
+    ``pingpong_ok``: ``_pingpong_ok(a, b, out, c)`` when the caller has it already."""
     m, k = a.shape
     n = b.shape[1]
     default = _launch_config(m, n, k, a.dtype, a.device, _gemm.tma_supported(a.device))
+    if pingpong_ok is None:
+        pingpong_ok = _pingpong_ok(a, b, out, c)
     if (default.split_k == 1 and out.element_size() == 2 and m >= 256 and n >= 256
-            and triton.cdiv(m, 128) * triton.cdiv(n, 128) >= 2 * sm_count(a.device) and _pingpong_ok(a, b, out, c)):
+            and triton.cdiv(m, 128) * triton.cdiv(n, 128) >= 2 * sm_count(a.device) and pingpong_ok):
         return PINGPONG_DEFAULT
     return default
 
@@ -273,8 +276,9 @@ def _choose(a, b, c, bias, out, alpha, beta, act: int) -> Config:
     m, k = a.shape
     n = b.shape[1]
     tma = _gemm.tma_supported(a.device)
-    default = _default_config(a, b, out, c)
-    pingpong = m > 64 and n > 64 and _pingpong_ok(a, b, out, c)
+    ok = _pingpong_ok(a, b, out, c)  # once per call: the default and the tuner's candidates both use it
+    default = _default_config(a, b, out, c, ok)
+    pingpong = m > 64 and n > 64 and ok
     if not _autotune.active(a.device):
         return default
 
