@@ -52,8 +52,8 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 LOG2E = 1.4426950408889634
 # Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py, which clears
 # it in a ``finally``): SERIAL = the other consumer starts after this one's epilogue (no
-# overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue). Other keys are
-# refused. Not thread-safe; empty in normal use.
+# overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue), WAIT_DEPTH = wgmma
+# groups a consumer keeps in flight (default 1). Other keys are refused. Not thread-safe; empty in normal use.
 DIAGNOSTIC: dict = {}
 
 
@@ -196,7 +196,7 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
 def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
               W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SERIAL: gl.constexpr,
-              EPI_REPEAT: gl.constexpr):
+              EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr):
     BLOCK_M: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[0]
     BLOCK_K: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[1]
     BLOCK_N: gl.constexpr = _block_dims(b_bufs.type.shape, not B_T)[0]
@@ -220,7 +220,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
         off_n = tile_n * BLOCK_N
         cnt = i * k_tiles
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout)
-        prev = 0
+        first = cnt
         for kt in range(k_tiles):
             s = cnt % STAGES
             mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
@@ -231,19 +231,22 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
             if B_T:
                 b = b.permute((1, 0))
             acc = warpgroup_mma(a, b, acc, is_async=True)
-            # One wgmma in flight: the previous one has finished, so its slot can be refilled.
-            acc = warpgroup_mma_wait(1, deps=(acc, ))
-            mbarrier.arrive(empty.index(prev), pred=kt > 0)
-            prev = s
+            # WAIT_DEPTH wgmma groups stay in flight: the one issued WAIT_DEPTH steps ago has
+            # finished, so its slot can be refilled.
+            acc = warpgroup_mma_wait(WAIT_DEPTH, deps=(acc, ))
+            mbarrier.arrive(empty.index((cnt + STAGES - WAIT_DEPTH) % STAGES), pred=kt >= WAIT_DEPTH)
             cnt += 1
         if not SERIAL:
             mbarrier.arrive(turn.index(1 - W))  # the other consumer's main loop may start
         acc = warpgroup_mma_wait(0, deps=(acc, ))
-        mbarrier.arrive(empty.index(prev))
+        for d in gl.static_range(WAIT_DEPTH):  # the slots of the tile's last WAIT_DEPTH K blocks
+            late = cnt - WAIT_DEPTH + d
+            mbarrier.arrive(empty.index((late + STAGES) % STAGES), pred=late >= first)
 
         # Epilogue, in fp32: alpha * acc + beta * c + bias, then the activation.
         rn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
-        acc = acc * alpha
+        if HAS_ALPHA:
+            acc = acc * alpha
         if HAS_C:
             rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
             mask = (rm < M)[:, None] & (rn < N)[None, :]
@@ -280,7 +283,7 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
                       A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
                       ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SERIAL: gl.constexpr,
-                      EPI_REPEAT: gl.constexpr):
+                      EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2] + out_desc.block_type.shape, out_desc.layout)
@@ -295,9 +298,9 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT)),
+                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA)),
         (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT)),
+                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, A_T, B_T, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
@@ -364,7 +367,7 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     takes the Triton kernels. Errors of the launch itself propagate."""
     if not launchable(a, b, out):
         return False
-    unknown = set(DIAGNOSTIC) - {"SERIAL", "EPI_REPEAT"}
+    unknown = set(DIAGNOSTIC) - {"SERIAL", "EPI_REPEAT", "WAIT_DEPTH"}
     if unknown:
         raise ValueError(f"roofkit.ops._gemm_ws.DIAGNOSTIC: unknown overrides {sorted(unknown)}")
     from ._gemm import _aligned
@@ -379,7 +382,8 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     launch_regs, consumer_regs, producer_regs = register_split(registers_per_sm(idx))
     kw = dict(HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, GROUP_M=cfg.GROUP_M, STAGES=stages,
               CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=launch_regs,
-              SERIAL=bool(DIAGNOSTIC.get("SERIAL", False)), EPI_REPEAT=int(DIAGNOSTIC.get("EPI_REPEAT", 1)))
+              SERIAL=bool(DIAGNOSTIC.get("SERIAL", False)), EPI_REPEAT=int(DIAGNOSTIC.get("EPI_REPEAT", 1)),
+              WAIT_DEPTH=int(DIAGNOSTIC.get("WAIT_DEPTH", 1)), HAS_ALPHA=float(alpha) != 1.0)
     a = _aligned(a)
     b = _aligned(b)
     # Triton compiles a variant per divisibility of the sizes and alignment of the pointers: the

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Session 9's GPU runs (2026-12-01), issue 3.
+#   bash benchmarks/gpu_session9.sh STEP...
+# tests:    GPU tests never run on a GPU since session 8's last run: the ping-pong tests, matmul,
+#           embedding_bag (ROOFKIT_AUTOTUNE=0)
+# sanitize: compute-sanitizer memcheck, racecheck and synccheck on benchmarks/sanitize_pingpong.py
+# wd2:      the WAIT_DEPTH = 2 ping-pong on the sanitizer's small case, under a 60 s timeout
+#           (session 8's attempt hung)
+# epi:      benchmarks/probe_epilogue_cost.py (epilogue parts, WAIT_DEPTH 1 and, if wd2 passed, 2)
+# fused:    benchmarks/check_fused_gelu.py, 3 rounds
+set -uo pipefail
+. benchmarks/gpu_env.sh
+WD2=0
+for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
+  case $step in
+    tests) ROOFKIT_AUTOTUNE=0 timeout 420 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_matmul_pingpong.py tests/ops/test_matmul.py tests/ops/test_embedding_bag.py > "$R/pytest-gpu.txt" 2>&1; echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu.txt" | tail -12 ;;
+    sanitize) for tool in memcheck racecheck synccheck; do
+        timeout 200 compute-sanitizer --tool $tool python3 benchmarks/sanitize_pingpong.py > "$R/sanitizer-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -4 "$R/sanitizer-$tool.txt"; done ;;
+    wd2) timeout 60 python3 benchmarks/sanitize_pingpong.py 2 > "$R/wd2.txt" 2>&1; rc=$?; echo "rc=$rc"; cat "$R/wd2.txt" | tail -3; [ $rc = 0 ] && WD2=1 ;;
+    epi) if [ $WD2 = 1 ]; then depths="1 2"; else depths="1"; fi
+        timeout 400 python3 benchmarks/probe_epilogue_cost.py --wait-depth $depths --json "$R/probe-epilogue-cost.json" > "$R/probe-epilogue-cost.txt" 2>&1; echo "rc=$?"; grep -v "^round" "$R/probe-epilogue-cost.txt" | tail -20 ;;
+    fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -6 "$R/check-fused-gelu.txt" ;;
+    *) echo "unknown step $step" ;;
+  esac
+  tar -C "$OUT" -czf "$OUT/run.tar.gz" run
+done
