@@ -7,6 +7,8 @@
 # wd2:      the WAIT_DEPTH = 2 ping-pong on the sanitizer's small case, under a 60 s timeout
 #           (session 8's attempt hung)
 # epi:      benchmarks/probe_epilogue_cost.py (epilogue parts, WAIT_DEPTH 1 and, if wd2 passed, 2)
+# forms:    benchmarks/probe_epilogue_cost.py --set forms (the GELU's last-step form, epilogues
+#           repeated 1-3 times)
 # fused:    benchmarks/check_fused_gelu.py, 3 rounds
 set -uo pipefail
 . benchmarks/gpu_env.sh
@@ -20,6 +22,7 @@ for step in "$@"; do
     wd2) timeout 60 python3 benchmarks/sanitize_pingpong.py 2 > "$R/wd2.txt" 2>&1; rc=$?; echo "rc=$rc"; cat "$R/wd2.txt" | tail -3; [ $rc = 0 ] && WD2=1 ;;
     epi) if [ $WD2 = 1 ]; then depths="1 2"; else depths="1"; fi
         timeout 400 python3 benchmarks/probe_epilogue_cost.py --wait-depth $depths --json "$R/probe-epilogue-cost.json" > "$R/probe-epilogue-cost.txt" 2>&1; echo "rc=$?"; grep -v "^round" "$R/probe-epilogue-cost.txt" | tail -20 ;;
+    forms) timeout 400 python3 benchmarks/probe_epilogue_cost.py --set forms --json "$R/probe-epilogue-forms.json" > "$R/probe-epilogue-forms.txt" 2>&1; echo "rc=$?"; grep -v "^round" "$R/probe-epilogue-forms.txt" | tail -14 ;;
     fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -6 "$R/check-fused-gelu.txt" ;;
     *) echo "unknown step $step" ;;
   esac

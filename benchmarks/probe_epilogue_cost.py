@@ -1,14 +1,17 @@
 """What each part of the ping-pong GEMM's fused epilogue costs, and whether a deeper wgmma queue
 hides the GELU better (issue 3: bias + GELU within 3 % of plain).
 
-    PYTHONPATH=src python3 benchmarks/probe_epilogue_cost.py [--wait-depth 1 2] [--rounds N] [--json PATH]
+    PYTHONPATH=src python3 benchmarks/probe_epilogue_cost.py [--set parts|forms] [--wait-depth 1 2] [--rounds N] [--json PATH]
 
 8192x14336x4096 bf16, ping-pong default configuration, every variant verified against float64
 (relative L2 within 2x torch's + 1e-3), then timed interleaved by the harness (CUDA events, cold
 L2): plain, bias only, bias + relu, bias + gelu (erf), bias + gelu_tanh, bias + silu, each at
 every requested WAIT_DEPTH (wgmma groups a consumer keeps in flight; a diagnostic constexpr of
 ``roofkit.ops._gemm_ws``). Prints each variant's median over rounds and its cost over plain at
-the same depth.
+the same depth. ``--set forms`` instead: plain, the GELU as built, without its input clamp (GELU_FORM 2) and
+with the max(x, 0) - |x| q last step (GELU_FORM 1),
+and gelu / gelu_tanh / silu applied 1-3 times (EPI_REPEAT: longer epilogues of one kind), at
+WAIT_DEPTH 1: does the cost follow the instruction count, or the GELU's form?
 """
 
 import argparse
@@ -29,6 +32,7 @@ WS = importlib.import_module("roofkit.ops._gemm_ws")
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--set", choices=["parts", "forms"], default="parts")
     p.add_argument("--wait-depth", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default=None)
@@ -41,14 +45,26 @@ def main():
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     cfg = mm.PINGPONG_DEFAULT
     acts = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
-    variants = {}
-    for wd in args.wait_depth:
-        variants[f"plain wd{wd}"] = (wd, None, False)
-        for act in acts:
-            variants[f"bias+{act or 'none'} wd{wd}"] = (wd, act, True)
+    variants = {}  # name -> (wait depth, activation, bias, other diagnostic overrides)
+    if args.set == "parts":
+        for wd in args.wait_depth:
+            variants[f"plain wd{wd}"] = (wd, None, False, {})
+            for act in acts:
+                variants[f"bias+{act or 'none'} wd{wd}"] = (wd, act, True, {})
+    else:
+        variants["plain wd1"] = (1, None, False, {})
+        variants["bias+none"] = (1, None, True, {})
+        variants["bias+gelu"] = (1, "gelu", True, {})
+        variants["bias+gelu unclamped"] = (1, "gelu", True, {"GELU_FORM": 2})
+        variants["bias+gelu form1"] = (1, "gelu", True, {"GELU_FORM": 1})
+        for act in ("gelu", "gelu_tanh", "silu"):
+            for rep in (2, 3) if act != "gelu" else (2, ):
+                variants[f"bias+{act} x{rep}"] = (1, act, True, {"EPI_REPEAT": rep})
+        variants["bias+gelu_tanh"] = (1, "gelu_tanh", True, {})
+        variants["bias+silu"] = (1, "silu", True, {})
 
-    def call(wd, act, has_bias):
-        WS.DIAGNOSTIC["WAIT_DEPTH"] = wd
+    def call(wd, act, has_bias, extra):
+        WS.DIAGNOSTIC.update(extra, WAIT_DEPTH=wd)
         try:
             ok = WS.launch(cfg, a, b, None, bias if has_bias else None, out, 1.0, 0.0, acts[act])
         finally:
@@ -61,17 +77,20 @@ def main():
     tab = torch.matmul(a, b).float()
     refs = {}
     verify = {}
-    for name, (wd, act, has_bias) in variants.items():
-        key = (act, has_bias)
+    for name, (wd, act, has_bias, extra) in variants.items():
+        rep = extra.get("EPI_REPEAT", 1)
+        key = (act, has_bias, rep)
         if key not in refs:
             x = ab + bias.double() if has_bias else ab
             y = tab + bias.float() if has_bias else tab
             f = {None: lambda t: t, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
                  "silu": F.silu}[act]
-            refs[key] = (f(x), f(y).to(torch.bfloat16))
+            for _ in range(rep):
+                x, y = f(x), f(y)
+            refs[key] = (x, y.to(torch.bfloat16))
         ref, tor = refs[key]
         out.fill_(float("nan"))
-        got = call(wd, act, has_bias)
+        got = call(wd, act, has_bias, extra)
         torch.cuda.synchronize()
         err = ((got.double() - ref).norm() / ref.norm()).item()
         terr = ((tor.double() - ref).norm() / ref.norm()).item()
@@ -88,7 +107,7 @@ def main():
         print(f"round {r}: " + " ".join(f"{k}={v:.1f}" for k, v in rounds[-1].items()), flush=True)
     med = {k: sorted(r[k] for r in rounds)[len(rounds) // 2] for k in fns}
     print(f"{'variant':22s} {'median us':>10s} {'vs plain same depth':>20s}")
-    for name, (wd, act, has_bias) in variants.items():
+    for name, (wd, act, has_bias, extra) in variants.items():
         base = med[f"plain wd{wd}"]
         print(f"{name:22s} {med[name]:10.1f} {(med[name] / base - 1) * 100:+19.2f}%")
     print(f"{'cuBLAS plain':22s} {med['cuBLAS plain']:10.1f}")

@@ -53,7 +53,8 @@ LOG2E = 1.4426950408889634
 # Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py, which clears
 # it in a ``finally``): SERIAL = the other consumer starts after this one's epilogue (no
 # overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue), WAIT_DEPTH = wgmma
-# groups a consumer keeps in flight (default 1). Other keys are refused. Not thread-safe; empty in normal use.
+# groups a consumer keeps in flight (default 1), GELU_FORM = 1: the GELU's last step as max(x, 0) -
+# |x| q (-inf gives 0), 2: the GELU's fit without its clamp. Other keys are refused. Not thread-safe; empty in normal use.
 DIAGNOSTIC: dict = {}
 
 
@@ -108,6 +109,9 @@ P3 = gl.constexpr(_P[6])
 P2 = gl.constexpr(_P[7])
 P1 = gl.constexpr(_P[8])
 P0 = gl.constexpr(_P[9])
+# The GELU's fit sees min(|x|, GELU_CLAMP): exp(-z^2) = 2**-(x^2 log2(e) / 2) < 2**-141 there,
+# flushed to 0 as it is from |x| = 13.3 on (see _gelu).
+GELU_CLAMP = gl.constexpr(14.0)
 HALF_RSQRT2 = gl.constexpr(0.5 * 0.7071067811865476)  # z / 2 = |x| / (2 sqrt 2)
 ZS = gl.constexpr((LOG2E / 2.0) ** 0.5)  # z sqrt(log2 e) = |x| sqrt(log2 e / 2)
 LOG2E_C = gl.constexpr(LOG2E)
@@ -128,11 +132,20 @@ A1 = gl.constexpr(0.5 * 0.254829592)
 
 
 @gluon.jit
-def _gelu(x, SHORT: gl.constexpr):
+def _gelu(x, SHORT: gl.constexpr, FORM: gl.constexpr = 0):
     """x * Phi(x), the exact (erf) GELU: Phi(-|x|) = q from an erfc fit, Phi(x) = q for x < 0,
     1 - q otherwise (NaN stays NaN). SHORT (a bfloat16 output): the 5-term fit, ~16 instructions
-    per element (two of them SFU); else the 10-term fit (fractional error < 1.2e-7), ~21."""
-    ax = gl.abs(x)
+    per element (two of them SFU); else the 10-term fit (fractional error < 1.2e-7), ~21.
+
+    |x| enters the fit clamped to GELU_CLAMP: past |x| = 13.3, exp(-z^2) is below 2**-126 and
+    ex2.ftz returns 0, so q = 0 with or without the clamp (the results are the same bits; NaN
+    still propagates through x). What the clamp changes is energy: on a GPU at its power cap,
+    time. Large |x| now feed the fit the same constants instead of fresh mantissas (session 9,
+    benchmarks/NOTES.md)."""
+    if FORM == 2:  # diagnostic only: the unclamped fit
+        ax = gl.abs(x)
+    else:
+        ax = gl.minimum(gl.abs(x), GELU_CLAMP)
     zs = ax * ZS
     e = _ex2(-(zs * zs))  # exp(-z^2)
     if SHORT:
@@ -154,6 +167,8 @@ def _gelu(x, SHORT: gl.constexpr):
         p = p * t + P1
         p = p * t + P0
         q = t * _ex2(p - zs * zs)
+    if FORM == 1:  # diagnostic only: max(x, 0) - |x| q (-inf -> 0, unlike torch)
+        return gl.maximum(x, 0.0) - gl.minimum(ax, 3.0e38) * q
     return x * gl.where(x < 0, q, 1.0 - q)  # +inf -> +inf, -inf -> NaN (as x * Phi(x) in float64)
 
 
@@ -196,7 +211,8 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
 def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
               W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SERIAL: gl.constexpr,
-              EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr):
+              EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr,
+              GELU_FORM: gl.constexpr = 0):
     BLOCK_M: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[0]
     BLOCK_K: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[1]
     BLOCK_N: gl.constexpr = _block_dims(b_bufs.type.shape, not B_T)[0]
@@ -260,12 +276,14 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
             acc = gl.where(acc < 0.0, 0.0, acc)  # NaN stays NaN (the compare is false), as torch.relu
         elif ACTIVATION == 2:
             for _r in gl.static_range(EPI_REPEAT):
-                acc = _gelu(acc, out_desc.dtype == gl.bfloat16)
+                acc = _gelu(acc, out_desc.dtype == gl.bfloat16, GELU_FORM)
         elif ACTIVATION == 3:
-            u2 = (2.0 * 0.7978845608028654 * LOG2E_C) * (acc + 0.044715 * acc * acc * acc)  # 2u log2 e
-            acc = acc * _rcp(1.0 + _ex2(-u2))  # 0.5 x (1 + tanh u) = x / (1 + exp(-2u)): no cancellation
+            for _r in gl.static_range(EPI_REPEAT):
+                u2 = (2.0 * 0.7978845608028654 * LOG2E_C) * (acc + 0.044715 * acc * acc * acc)  # 2u log2 e
+                acc = acc * _rcp(1.0 + _ex2(-u2))  # 0.5 x (1 + tanh u) = x / (1 + exp(-2u)): no cancellation
         elif ACTIVATION == 4:
-            acc = acc * _rcp(1.0 + _ex2(acc * -LOG2E_C))
+            for _r in gl.static_range(EPI_REPEAT):
+                acc = acc * _rcp(1.0 + _ex2(acc * -LOG2E_C))
         # The previous tile's store from this buffer must have read it before it is rewritten.
         tma.store_wait(0)
         c_smem.store(acc.to(out_desc.dtype))
@@ -283,7 +301,8 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
                       A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
                       ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SERIAL: gl.constexpr,
-                      EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr):
+                      EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr,
+                      GELU_FORM: gl.constexpr = 0):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2] + out_desc.block_type.shape, out_desc.layout)
@@ -298,9 +317,9 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA)),
+                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA, GELU_FORM)),
         (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA)),
+                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA, GELU_FORM)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, A_T, B_T, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
@@ -367,7 +386,7 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     takes the Triton kernels. Errors of the launch itself propagate."""
     if not launchable(a, b, out):
         return False
-    unknown = set(DIAGNOSTIC) - {"SERIAL", "EPI_REPEAT", "WAIT_DEPTH"}
+    unknown = set(DIAGNOSTIC) - {"SERIAL", "EPI_REPEAT", "WAIT_DEPTH", "GELU_FORM"}
     if unknown:
         raise ValueError(f"roofkit.ops._gemm_ws.DIAGNOSTIC: unknown overrides {sorted(unknown)}")
     from ._gemm import _aligned
@@ -383,7 +402,8 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     kw = dict(HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, GROUP_M=cfg.GROUP_M, STAGES=stages,
               CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=launch_regs,
               SERIAL=bool(DIAGNOSTIC.get("SERIAL", False)), EPI_REPEAT=int(DIAGNOSTIC.get("EPI_REPEAT", 1)),
-              WAIT_DEPTH=int(DIAGNOSTIC.get("WAIT_DEPTH", 1)), HAS_ALPHA=float(alpha) != 1.0)
+              WAIT_DEPTH=int(DIAGNOSTIC.get("WAIT_DEPTH", 1)), HAS_ALPHA=float(alpha) != 1.0,
+              GELU_FORM=int(DIAGNOSTIC.get("GELU_FORM", 0)))
     a = _aligned(a)
     b = _aligned(b)
     # Triton compiles a variant per divisibility of the sizes and alignment of the pointers: the

@@ -1240,11 +1240,15 @@ SUITES = {
 def embedding_bag_torch(input, weight, offsets=None, *args, **kwargs):
     """torch.nn.functional.embedding_bag, the harness's "torch" provider. torch has no CUDA
     kernel for the max-mode backward in 16-bit dtypes ("embedding_bag_backward_cuda_max" not
-    implemented for BFloat16): when that gradient is needed, the same-dtype call runs on CPU
-    copies (autograd flows through the copies), so verification still has torch's own error."""
+    implemented for BFloat16) nor for the bfloat16 per_sample_weights gradient
+    ("_embedding_bag_per_sample_weights_backward_cuda"): when such a gradient is needed, the
+    same-dtype call runs on CPU copies (autograd flows through the copies), so verification
+    still has torch's own error."""
     mode = kwargs.get("mode", args[3] if len(args) > 3 else "mean")
-    if (weight.is_cuda and mode == "max" and weight.dtype in (torch.float16, torch.bfloat16)
-            and weight.requires_grad and torch.is_grad_enabled()):
+    psw = kwargs.get("per_sample_weights", args[5] if len(args) > 5 else None)
+    max_grad = mode == "max" and weight.dtype in (torch.float16, torch.bfloat16) and weight.requires_grad
+    psw_grad = isinstance(psw, torch.Tensor) and psw.dtype == torch.bfloat16 and psw.requires_grad
+    if weight.is_cuda and (max_grad or psw_grad) and torch.is_grad_enabled():
         cpu = lambda t: t.cpu() if isinstance(t, torch.Tensor) else t  # noqa: E731
         args = tuple(cpu(a) for a in args)
         kwargs = {k: cpu(v) for k, v in kwargs.items()}
