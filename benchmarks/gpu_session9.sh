@@ -10,6 +10,10 @@
 # forms:    benchmarks/probe_epilogue_cost.py --set forms (the GELU's last-step form, epilogues
 #           repeated 1-3 times)
 # fused:    benchmarks/check_fused_gelu.py, 3 rounds
+# fp8tests: tests/ops/test_scaled_mm_ws.py, tests/ops/test_quant.py and the embedding_bag
+#           float64 test on the GPU
+# fp8:      benchmarks/check_scaled_mm_ws.py (8192^3 e4m3: warp-specialized vs Triton kernel vs
+#           torch._scaled_mm, default and fast accumulation), 3 rounds
 set -uo pipefail
 . benchmarks/gpu_env.sh
 WD2=0
@@ -23,6 +27,9 @@ for step in "$@"; do
     epi) if [ $WD2 = 1 ]; then depths="1 2"; else depths="1"; fi
         timeout 400 python3 benchmarks/probe_epilogue_cost.py --wait-depth $depths --json "$R/probe-epilogue-cost.json" > "$R/probe-epilogue-cost.txt" 2>&1; echo "rc=$?"; grep -v "^round" "$R/probe-epilogue-cost.txt" | tail -20 ;;
     forms) timeout 400 python3 benchmarks/probe_epilogue_cost.py --set forms --json "$R/probe-epilogue-forms.json" > "$R/probe-epilogue-forms.txt" 2>&1; echo "rc=$?"; grep -v "^round" "$R/probe-epilogue-forms.txt" | tail -14 ;;
+    fp8tests) ROOFKIT_AUTOTUNE=0 timeout 400 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_scaled_mm_ws.py tests/ops/test_quant.py > "$R/pytest-gpu-fp8.txt" 2>&1; echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-fp8.txt" | tail -12
+        ROOFKIT_AUTOTUNE=0 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/ops/test_embedding_bag.py -k float64_reference > "$R/pytest-gpu-eb.txt" 2>&1; echo "rc=$?"; tail -2 "$R/pytest-gpu-eb.txt" ;;
+    fp8) timeout 400 python3 benchmarks/check_scaled_mm_ws.py --rounds 3 --json "$R/check-scaled-mm-ws.json" > "$R/check-scaled-mm-ws.txt" 2>&1; echo "rc=$?"; grep -v "^round" "$R/check-scaled-mm-ws.txt" | tail -24 ;;
     fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -6 "$R/check-fused-gelu.txt" ;;
     *) echo "unknown step $step" ;;
   esac

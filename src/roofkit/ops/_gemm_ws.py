@@ -54,7 +54,7 @@ LOG2E = 1.4426950408889634
 # it in a ``finally``): SERIAL = the other consumer starts after this one's epilogue (no
 # overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue), WAIT_DEPTH = wgmma
 # groups a consumer keeps in flight (default 1), GELU_FORM = 1: the GELU's last step as max(x, 0) -
-# |x| q (-inf gives 0), 2: the GELU's fit without its clamp. Other keys are refused. Not thread-safe; empty in normal use.
+# |x| q (-inf gives 0). Other keys are refused. Not thread-safe; empty in normal use.
 DIAGNOSTIC: dict = {}
 
 
@@ -109,9 +109,6 @@ P3 = gl.constexpr(_P[6])
 P2 = gl.constexpr(_P[7])
 P1 = gl.constexpr(_P[8])
 P0 = gl.constexpr(_P[9])
-# The GELU's fit sees min(|x|, GELU_CLAMP): exp(-z^2) = 2**-(x^2 log2(e) / 2) < 2**-141 there,
-# flushed to 0 as it is from |x| = 13.3 on (see _gelu).
-GELU_CLAMP = gl.constexpr(14.0)
 HALF_RSQRT2 = gl.constexpr(0.5 * 0.7071067811865476)  # z / 2 = |x| / (2 sqrt 2)
 ZS = gl.constexpr((LOG2E / 2.0) ** 0.5)  # z sqrt(log2 e) = |x| sqrt(log2 e / 2)
 LOG2E_C = gl.constexpr(LOG2E)
@@ -135,17 +132,8 @@ A1 = gl.constexpr(0.5 * 0.254829592)
 def _gelu(x, SHORT: gl.constexpr, FORM: gl.constexpr = 0):
     """x * Phi(x), the exact (erf) GELU: Phi(-|x|) = q from an erfc fit, Phi(x) = q for x < 0,
     1 - q otherwise (NaN stays NaN). SHORT (a bfloat16 output): the 5-term fit, ~16 instructions
-    per element (two of them SFU); else the 10-term fit (fractional error < 1.2e-7), ~21.
-
-    |x| enters the fit clamped to GELU_CLAMP: past |x| = 13.3, exp(-z^2) is below 2**-126 and
-    ex2.ftz returns 0, so q = 0 with or without the clamp (the results are the same bits; NaN
-    still propagates through x). What the clamp changes is energy: on a GPU at its power cap,
-    time. Large |x| now feed the fit the same constants instead of fresh mantissas (session 9,
-    benchmarks/NOTES.md)."""
-    if FORM == 2:  # diagnostic only: the unclamped fit
-        ax = gl.abs(x)
-    else:
-        ax = gl.minimum(gl.abs(x), GELU_CLAMP)
+    per element (two of them SFU); else the 10-term fit (fractional error < 1.2e-7), ~21."""
+    ax = gl.abs(x)
     zs = ax * ZS
     e = _ex2(-(zs * zs))  # exp(-z^2)
     if SHORT:

@@ -163,6 +163,21 @@ def _gemm_config(m: int, n: int, k: int, device: torch.device) -> GemmConfig:
     return GemmConfig(128, 128 if n >= 128 else max(32, next_pow2(n)), bk, 8, 8, 4)
 
 
+# "auto": scaled_mm on Hopper takes the warp-specialized fp8 kernel (``_fp8_ws``) where it can run
+# and both M and N are at least WS_MIN; "off": always the Triton kernel below (tests, benchmarks).
+WS_MODE = "auto"
+WS_MIN = 256
+
+
+def _fp8_ws_module():
+    """``roofkit.ops.quant._fp8_ws``, or None where Gluon does not import (any Triton without it)."""
+    try:
+        from . import _fp8_ws
+    except Exception:  # noqa: BLE001 (any import failure: the Triton kernel serves)
+        return None
+    return _fp8_ws
+
+
 # "auto": Hopper tensor descriptors on sm90+ when the layout allows; "off": pointer loads;
 # "force": descriptors whenever the layout allows, on any device (tests, interpreter).
 TMA_MODE = "auto"
@@ -330,6 +345,10 @@ def _qmm_forward(a, b, sa, sb, za, zb, bias, out_dtype, is_int: bool, precise: b
     cfg = config or _gemm_config(m, n, k, a.device)
     if bias is not None:
         bias = bias.contiguous()  # the kernel reads it with unit stride
+    if not is_int and config is None and WS_MODE == "auto" and m >= WS_MIN and n >= WS_MIN:
+        ws = _fp8_ws_module()
+        if ws is not None and ws.launch(a, b, sa, sb, _vec_stride(sa), _vec_stride(sb), bias, out, precise):
+            return out
     use_tma = _tma_ok(a, b)
     rsum = csum = None
     if is_int and zb is not None:
@@ -505,7 +524,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Args:
         a: (M, K) float8_e4m3fn or float8_e5m2, any strides.
         b: (K, N) of a's dtype, any strides; the transpose of a row-major (N, K) tensor (what
-            torch._scaled_mm requires) takes the tensor-descriptor (TMA) path on sm90.
+            torch._scaled_mm requires) takes the tensor-descriptor (TMA) path on sm90, and for
+            16-bit outputs with M, N >= 256 the warp-specialized kernel (``_fp8_ws``: TMA
+            producer warp, two consumer warpgroups, the promotion overlapped with the next
+            slice's wgmma).
         scale_a: float32, one element (0-d or 1-element: per tensor) or (M, 1) (per row).
         scale_b: float32, one element or (1, N) (per column). Any mix of modes is accepted.
         bias: optional (N,) float32 / float16 / bfloat16.
