@@ -14,6 +14,8 @@
 #           float64 test on the GPU
 # fp8:      benchmarks/check_scaled_mm_ws.py (8192^3 e4m3: warp-specialized vs Triton kernel vs
 #           torch._scaled_mm, default and fast accumulation), 3 rounds
+# flush:    benchmarks/probe_flush.py (GEMV, copy and pure 32 MiB reads after each L2 flush kind)
+# pptests:  tests/ops/test_matmul_pingpong.py on the GPU
 # fp8bench: roofkit bench scaled_mm --suite acceptance and --suite llama3-8b (roofkit, torch)
 set -uo pipefail
 . benchmarks/gpu_env.sh
@@ -33,6 +35,8 @@ for step in "$@"; do
     fp8) timeout 400 python3 benchmarks/check_scaled_mm_ws.py --rounds 3 --json "$R/check-scaled-mm-ws.json" > "$R/check-scaled-mm-ws.txt" 2>&1; echo "rc=$?"; grep -v "^round" "$R/check-scaled-mm-ws.txt" | tail -24 ;;
     fp8bench) for suite in acceptance llama3-8b; do
         timeout 300 python3 -m roofkit.cli bench scaled_mm --suite $suite --providers roofkit torch --out "$R/bench-$suite-scaled_mm" > "$R/bench-$suite-scaled_mm.txt" 2>&1; echo "$suite rc=$?"; grep -E "TFLOP|geomean|FAIL" "$R/bench-$suite-scaled_mm.txt" | cut -c1-170 | head -14; done ;;
+    flush) timeout 200 python3 benchmarks/probe_flush.py > "$R/probe-flush.txt" 2>&1; echo "rc=$?"; cat "$R/probe-flush.txt" | tail -8 ;;
+    pptests) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_matmul_pingpong.py > "$R/pytest-gpu-pingpong.txt" 2>&1; echo "rc=$?"; tail -2 "$R/pytest-gpu-pingpong.txt" ;;
     fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -6 "$R/check-fused-gelu.txt" ;;
     *) echo "unknown step $step" ;;
   esac

@@ -4,7 +4,8 @@
 
 The harness flushes L2 by writing a scratch buffer of 2x the L2 size (DESIGN.md), which leaves
 the L2 full of dirty lines: the timed kernel's first misses then also pay for writing those back.
-This probe times the same calls (cuBLAS GEMV / decode GEMM, a 32 MiB copy) after three
+This probe times the same calls (cuBLAS GEMV / decode GEMM, a 32 MiB copy, two pure reads of the GEMV's
+32 MiB weight: torch.sum and torch.amax) after three
 flushes: "write" (the harness's), "write+read" (the write, then a read of another 2x-L2 buffer,
 so the L2 holds clean lines), "read" (the read only). CUDA events around each call, median of
 200 calls. Findings go to benchmarks/NOTES.md; the harness itself is unchanged.
@@ -41,6 +42,9 @@ def main():
         "cuBLAS gemv 1x4096x4096": (lambda: torch.matmul(x1, w1), 2 * (4096 * 4096 + 2 * 4096)),
         "cuBLAS 16x14336x4096": (lambda: torch.matmul(x16, w16), 2 * (4096 * 14336 + 16 * 4096 + 16 * 14336)),
         "copy 32 MiB fp32": (lambda: dst.copy_(src), 2 * src.numel() * 4),
+        # pure reads of the GEMV's 32 MiB of B: the floor any GEMV of this size can reach
+        "read 32 MiB: torch.sum(B)": (lambda: torch.sum(w1, dtype=torch.float32), 2 * 4096 * 4096),
+        "read 32 MiB: torch.amax(B)": (lambda: torch.amax(w1), 2 * 4096 * 4096),
     }
     for fn, _ in calls.values():
         fn()
