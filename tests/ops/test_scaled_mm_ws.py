@@ -9,6 +9,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -30,12 +31,12 @@ E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
 @needs_gluon
+@pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
 def test_fp8_ws_not_launchable_off_hopper(device):
-    a = torch.zeros(256, 256, device=device).to(E4M3)
-    b = torch.zeros(256, 256, device=device).to(E4M3).t()
+    a = torch.ones(256, 256, device=device).to(E4M3)
+    b = torch.ones(256, 256, device=device).to(E4M3).t()
     out = torch.empty(256, 256, device=device, dtype=torch.bfloat16)
-    if device == "cpu" or not HOPPER:
-        assert not ws.launchable(a, b, out)
+    assert not ws.launchable(a, b, out)
 
 
 @needs_gluon
@@ -44,6 +45,18 @@ def test_fp8_ws_ring_slots():
     assert ws.ring_slots(232448, 2) == 6
     assert ws.ring_slots(100 * 1024, 2) == 2
     assert ws.ring_slots(10 * 1024, 2) == 2
+
+
+def test_fp8_ws_import_failure_warns_once_and_falls_back(monkeypatch):
+    # Where the module does not import (a Triton without Gluon), scaled_mm says so once and keeps
+    # using the Triton kernel; the failed import is not retried on every call.
+    monkeypatch.setattr(Q, "_FP8_WS", [])
+    monkeypatch.setitem(sys.modules, "roofkit.ops.quant._fp8_ws", None)  # the import raises ImportError
+    with pytest.warns(RuntimeWarning, match="warp-specialized fp8 kernel is unavailable"):
+        assert Q._fp8_ws_module() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Q._fp8_ws_module() is None
 
 
 _COMPILE_FP8 = r"""
@@ -83,7 +96,8 @@ for precise, dt, odt, bias in json.loads(sys.argv[1]):
         ptxas = {"rc": v.returncode, "log": v.stderr[-3000:]}
     except ImportError:
         pass
-    out.append({"shared": k.metadata.shared, "wgmma_types": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k32\.f32\.\w+\.\w+)", ptx))),
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
+    out.append({"shared": k.metadata.shared, "waits": {n: waits.count(n) for n in sorted(set(waits))}, "wgmma_types": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k32\.f32\.\w+\.\w+)", ptx))),
                 "setmaxnreg": sorted({int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
                 "ptxas": ptxas})
 print(json.dumps(out))
@@ -96,7 +110,10 @@ def test_fp8_ws_kernel_compiles_for_sm90_without_spills_or_serialized_wgmma(tmp_
     # then ptxas reports its registers and whether it had to serialize the wgmmas. The promoted
     # path keeps two slice tiles as the fixed destinations of their wgmmas: any register copy
     # into them between a wgmma's issue and its wait makes ptxas serialize (warning C7515), which
-    # would undo the overlap this kernel exists for.
+    # would undo the overlap this kernel exists for (ptxas warns C7514 / C7515: "serialized").
+    # The waits in the PTX pin the schedule: per consumer, the promoted path waits with one group
+    # left in flight at each of its 4 slice steps (pair loop x 2, odd tail, first slice) and
+    # drains twice (the two tails); a wait(0) in the loop would keep no slice queued.
     limit = 232448
     cases = [(True, "float8_e4m3fn", "bfloat16", True), (False, "float8_e4m3fn", "bfloat16", False),
              (True, "float8_e5m2", "float16", False)]
@@ -114,6 +131,7 @@ def test_fp8_ws_kernel_compiles_for_sm90_without_spills_or_serialized_wgmma(tmp_
         fmt = "e4m3" if "e4m3" in dt else "e5m2"
         assert r["wgmma_types"] == [f"m64n{ws.BLOCK_N}k32.f32.{fmt}.{fmt}"], r
         assert {232, 40} <= set(r["setmaxnreg"]), r
+        assert r["waits"] == ({"0": 4, "1": 8} if precise else {"0": 2, "1": 4}), r
     for r in results:
         if r["ptxas"] is None:
             pytest.skip("this Triton does not say which ptxas it uses (the build itself passed)")
@@ -199,16 +217,49 @@ def test_scaled_mm_takes_the_ws_kernel_for_large_16bit_outputs(monkeypatch):
     real = ws.launch
 
     def spy(*args, **kw):
-        calls.append(args[-1])
-        return real(*args, **kw)
+        launched = real(*args, **kw)
+        calls.append((args[-1], launched))  # (precise, whether it ran)
+        return launched
 
     monkeypatch.setattr(ws, "launch", spy)
     a, b, sa, sb, bias = _operands(512, 384, 512, E4M3, 3, "row")
-    for fast in (False, True):
-        out = Q.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=fast)
-        ref = _reference(a, b, sa, sb, bias)
-        assert ((out.double() - ref).norm() / ref.norm()).item() < 3e-3
-    assert calls == [True, False]  # precise, then fast accumulation
-    Q.scaled_mm(a[:100], b, sa[:100], sb)  # M < WS_MIN: the Triton kernel
-    Q.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)  # fp32 output: the Triton kernel (ws refuses)
-    assert len(calls) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a build failure warns and falls back: fail instead
+        for fast in (False, True):
+            out = Q.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=fast)
+            ref = _reference(a, b, sa, sb, bias)
+            assert ((out.double() - ref).norm() / ref.norm()).item() < 3e-3
+        assert calls == [(True, True), (False, True)]  # precise, then fast accumulation: both ran
+        Q.scaled_mm(a[:100], b, sa[:100], sb)  # M < WS_MIN: the Triton kernel, not asked
+        Q.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)  # fp32 output: asked, refused
+    assert calls[2:] == [(True, False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the warp-specialized fp8 kernel needs a Hopper GPU")
+@pytest.mark.parametrize("layout", ["expanded_a", "a_offset_by_one", "k_not_16_aligned", "b_row_major",
+                                    "scale_column_slice"])
+def test_scaled_mm_refused_layouts_fall_back_and_stay_correct(layout):
+    # One unusual layout each at M, N >= 256: refused where TMA cannot describe it (stride 0, a
+    # misaligned base, b row-major), taken where it can (K % 16 != 0 inside 16-byte aligned rows,
+    # a strided per-row scale); never an error, always the float64 result.
+    m, n, k = 512, 384, 512
+    a, b, sa, sb, bias = _operands(m, n, k, E4M3, 7, "row")
+    expect = False
+    if layout == "expanded_a":
+        a = a[:1].expand(m, k)
+    elif layout == "a_offset_by_one":
+        a = torch.empty(m * k + 16, device="cuda", dtype=torch.uint8).view(E4M3)[1:1 + m * k].view(m, k).copy_(a)
+    elif layout == "k_not_16_aligned":
+        a, b = a[:, :k - 8], b[:k - 8]  # K = 504 in rows 512 apart: TMA-legal (its shape bounds the reads): taken
+        expect = True
+    elif layout == "b_row_major":
+        b = b.contiguous()
+    elif layout == "scale_column_slice":
+        sa = torch.rand(m, 17, device="cuda")[:, 3:4] + 0.5  # (M, 1) with row stride 17
+        expect = True
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert ws.launchable(a, b, out) == expect
+    got = Q.scaled_mm(a, b, sa, sb, bias=bias)
+    ref = _reference(a, b, sa, sb, bias)
+    assert ((got.double() - ref).norm() / ref.norm()).item() < 3e-3

@@ -397,9 +397,12 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     # Triton compiles a variant per divisibility of the sizes and alignment of the pointers: the
     # key separates them, so every variant is first built inside the guard.
     key = (tuple(sorted(kw.items())), _descriptor_layout(a), _descriptor_layout(b), cfg.BLOCK_M, cfg.BLOCK_N,
-           cfg.BLOCK_K, a.dtype, out.dtype, idx, m % 16 == 0, n % 16 == 0, k % 16 == 0, 1 in (m, n, k),
+           cfg.BLOCK_K, a.dtype, out.dtype, idx, m % 16 == 0, n % 16 == 0, k % 16 == 0, m == 1, n == 1, k == 1,
            bias is None or bias.data_ptr() % 16 == 0, c is None or (c.data_ptr() % 16 == 0, c.stride(0) % 16 == 0,
                                                                    c.stride(1) % 16 == 0, c.stride(1) == 1))
+    if not 1 <= kw["WAIT_DEPTH"] < stages:  # a deeper queue than the ring deadlocks
+        raise ValueError(f"roofkit.ops._gemm_ws.DIAGNOSTIC: WAIT_DEPTH must lie in [1, {stages - 1}], "
+                         f"got {kw['WAIT_DEPTH']}")
     if key in FAILED:
         return False
     try:  # descriptors and the build: a failure here means this Triton / device cannot run it

@@ -228,8 +228,11 @@ def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
         return False
     if out.dtype not in (torch.float16, torch.bfloat16) or min(out.shape) == 0 or a.shape[1] == 0:
         return False
+    k = a.shape[1]
     aligned = lambda t, stride: (stride % 16 == 0 and t.data_ptr() % 16 == 0)  # noqa: E731
-    return (a.stride(1) == 1 and aligned(a, a.stride(0)) and b.stride(0) == 1 and aligned(b, b.stride(1))
+    # Rows at least K apart (an expanded or overlapping operand, stride 0, is not a TMA tensor).
+    return (a.stride(1) == 1 and a.stride(0) >= k and aligned(a, a.stride(0))
+            and b.stride(0) == 1 and b.stride(1) >= k and aligned(b, b.stride(1))
             and out.stride(1) == 1 and aligned(out, out.stride(0) * out.element_size()))
 
 
@@ -255,7 +258,7 @@ def launch(a, b, scale_a, scale_b, s_sa: int, s_sb: int, bias, out, precise: boo
     kw = dict(HAS_BIAS=bias is not None, PRECISE=bool(precise), GROUP_M=GROUP_M, STAGES=stages,
               CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=launch_regs)
     key = (tuple(sorted(kw.items())), a.dtype, b.dtype, out.dtype, idx, m % 16 == 0, n % 16 == 0, k % 16 == 0,
-           1 in (m, n, k), None if bias is None else (bias.dtype, bias.data_ptr() % 16 == 0), scale_a.dtype,
+           m == 1, n == 1, k == 1, None if bias is None else (bias.dtype, bias.data_ptr() % 16 == 0), scale_a.dtype,
            scale_b.dtype, s_sa == 0, s_sb == 0, s_sa == 1, s_sb == 1, s_sa % 16 == 0, s_sb % 16 == 0,
            scale_a.data_ptr() % 16 == 0, scale_b.data_ptr() % 16 == 0)
     if key in FAILED:

@@ -169,13 +169,23 @@ WS_MODE = "auto"
 WS_MIN = 256
 
 
+_FP8_WS = []  # [module or None] once imported
+
+
 def _fp8_ws_module():
-    """``roofkit.ops.quant._fp8_ws``, or None where Gluon does not import (any Triton without it)."""
-    try:
-        from . import _fp8_ws
-    except Exception:  # noqa: BLE001 (any import failure: the Triton kernel serves)
-        return None
-    return _fp8_ws
+    """``roofkit.ops.quant._fp8_ws``, or None where it does not import (a Triton without Gluon's
+    Hopper module): tried once, with a warning naming the error; the Triton kernel serves."""
+    if not _FP8_WS:
+        try:
+            from . import _fp8_ws
+        except Exception as e:  # noqa: BLE001 (any import failure: the Triton kernel serves)
+            import warnings
+
+            warnings.warn(f"roofkit.scaled_mm: the warp-specialized fp8 kernel is unavailable ({type(e).__name__}: "
+                          f"{str(e)[:200]}); using the Triton kernel", RuntimeWarning, stacklevel=3)
+            _fp8_ws = None
+        _FP8_WS.append(_fp8_ws)
+    return _FP8_WS[0]
 
 
 # "auto": Hopper tensor descriptors on sm90+ when the layout allows; "off": pointer loads;
@@ -193,8 +203,9 @@ def _tma_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
         if interpreter_active() or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device) < (9, 0):
             return False
     es = a.element_size()
+    k = a.shape[1]
     return (
-        a.stride(1) == 1 and b.stride(0) == 1
+        a.stride(1) == 1 and b.stride(0) == 1 and a.stride(0) >= k and b.stride(1) >= k  # rows K apart
         and (a.stride(0) * es) % 16 == 0 and (b.stride(1) * es) % 16 == 0
         and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
         and a.shape[0] >= 1 and b.shape[1] >= 1
