@@ -177,7 +177,9 @@ def _fp8_ws_module():
     Hopper module): tried once, with a warning naming the error; the Triton kernel serves."""
     if not _FP8_WS:
         try:
-            from . import _fp8_ws
+            import importlib
+
+            _fp8_ws = importlib.import_module("._fp8_ws", __package__)
         except Exception as e:  # noqa: BLE001 (any import failure: the Triton kernel serves)
             import warnings
 
