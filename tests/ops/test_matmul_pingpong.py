@@ -155,7 +155,7 @@ for bm, bn, bk, stages, act, b_t, dt, odt in json.loads(sys.argv[1]):
     launch, consumer, producer = ws.register_split(65536)  # the sm_90 register file
     consts = {"A_T": False, "B_T": bool(b_t), "HAS_C": False, "HAS_BIAS": True, "ACTIVATION": act, "GROUP_M": 8,
               "STAGES": stages, "CONSUMER_REGS": consumer, "PRODUCER_REGS": producer, "SERIAL": False, "EPI_REPEAT": 1,
-              "WAIT_DEPTH": 1, "HAS_ALPHA": True}
+              "WAIT_DEPTH": 1, "HAS_ALPHA": True, "GELU_FORM": 0}
     sig.update({name: "constexpr" for name in consts})
     k = triton.compile(GluonASTSource(ws._matmul_ws_kernel, sig, consts, {}), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": launch})

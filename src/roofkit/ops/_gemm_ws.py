@@ -200,7 +200,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
               W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SERIAL: gl.constexpr,
               EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr,
-              GELU_FORM: gl.constexpr = 0):
+              GELU_FORM: gl.constexpr):
     BLOCK_M: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[0]
     BLOCK_K: gl.constexpr = _block_dims(a_bufs.type.shape, A_T)[1]
     BLOCK_N: gl.constexpr = _block_dims(b_bufs.type.shape, not B_T)[0]
@@ -290,7 +290,7 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
                       ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SERIAL: gl.constexpr,
                       EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr,
-                      GELU_FORM: gl.constexpr = 0):
+                      GELU_FORM: gl.constexpr):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2] + out_desc.block_type.shape, out_desc.layout)

@@ -7,14 +7,15 @@ Hopper's fp8 wgmma adds its products into the accumulator with fewer bits than f
 kernel) let the tensor cores accumulate one BLOCK_K = 128 slice of K into a fresh register
 tile, then add that tile into an fp32 accumulator with ordinary fp32 adds. Triton's own
 promotion (``max_num_imprecise_acc``) waits for each slice before issuing the next, idling the
-tensor cores (0.73x torch there, benchmarks/NOTES.md). Here each consumer keeps two slice tiles:
+tensor cores (0.67-0.73x torch there, benchmarks/NOTES.md). Here each consumer keeps two slice tiles:
 it issues slice k + 1 into one while it adds slice k from the other, so the tensor cores always
 have work queued.
 
 Partitions (one persistent program per SM, tiles in grouped order):
 
-- a producer warp issues the TMA loads of every tile's K slices into a ring of ``STAGES`` slots,
-  each holding A's two 64-row halves of the tile (64 x 128) and B's slice (BLOCK_N x 128);
+- a producer warp issues the TMA loads of every tile's K slices into a ring of ``STAGES`` slots;
+  a slot holds two 64 x 128 boxes of A (the tile's upper and lower 64 rows) and one
+  BLOCK_N x 128 box of B;
 - two consumer warpgroups share each 128 x BLOCK_N tile, consumer w taking rows 64 w .. 64 w + 63
   (cooperative: both read each slot's B; a slot is refilled once both have released it). Per
   thread: 64 accumulator registers + 2 x 64 for the slice tiles (BLOCK_N = 128).
@@ -24,8 +25,9 @@ Partitions (one persistent program per SM, tiles in grouped order):
 ``PRECISE`` = False (use_fast_accum=True) accumulates all of K in the tensor cores instead.
 
 Restrictions (``launchable``): compute capability 9.x, not the interpreter, A (M, K) with unit
-K stride and B K-major (``b.t()`` row-major, torch._scaled_mm's layout) meeting TMA's
-alignment, 16-bit outputs whose rows are 16-byte aligned. Source: the fp8 "promotion" of CUTLASS
+K stride and B K-major (``b.t()`` row-major, torch._scaled_mm's layout), rows at least K apart
+with 16-byte aligned bases and row strides, 16-bit outputs whose rows are 16-byte aligned.
+``gemm._qmm_forward`` also asks M, N >= ``gemm.WS_MIN`` (256) before it tries this kernel. Source: the fp8 "promotion" of CUTLASS
 3's Hopper GEMMs (a temporary accumulator added into the main one every few MMAs), with
 Gluon's warp_specialize, TMA, mbarrier and warpgroup_mma.
 """

@@ -537,10 +537,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Args:
         a: (M, K) float8_e4m3fn or float8_e5m2, any strides.
         b: (K, N) of a's dtype, any strides; the transpose of a row-major (N, K) tensor (what
-            torch._scaled_mm requires) takes the tensor-descriptor (TMA) path on sm90, and for
-            16-bit outputs with M, N >= 256 the warp-specialized kernel (``_fp8_ws``: TMA
-            producer warp, two consumer warpgroups, the promotion overlapped with the next
-            slice's wgmma).
+            torch._scaled_mm requires) is the fast layout (see Kernels).
         scale_a: float32, one element (0-d or 1-element: per tensor) or (M, 1) (per row).
         scale_b: float32, one element or (1, N) (per column). Any mix of modes is accepted.
         bias: optional (N,) float32 / float16 / bfloat16.
@@ -555,10 +552,20 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             float tensor, out_dtype not bf16/fp16/fp32.
         ValueError: not 2-D, inner dimensions differ, scale or bias of the wrong shape,
             tensors on different devices.
+    Kernels:
+        On a GPU of compute capability 9.x (Hopper), with a (M, K) of unit K stride, b K-major,
+        both with 16-byte aligned bases and row strides, a 16-bit out_dtype and M, N >= 256:
+        the warp-specialized kernel of ``roofkit.ops.quant._fp8_ws`` (a TMA producer warp, two
+        consumer warpgroups on 128x128 tiles, the promotion overlapped with the next slice's
+        wgmma). Otherwise, or if that kernel does not build with the installed Triton (a
+        RuntimeWarning once per specialization), the Triton tile kernel of this module (tensor
+        descriptors when the layout allows on sm90+, else pointer loads).
+        ``gemm.WS_MODE = "off"`` forces the Triton kernel.
     Numerics:
         Products exact, accumulated in fp32 (see use_fast_accum); the epilogue
         acc * scale_a * scale_b + bias in fp32, rounded once to out_dtype. K = 0 gives bias
-        (or zeros). Deterministic.
+        (or zeros). Deterministic for a given kernel; the two kernels may round differently
+        (different tiles), so results can differ in the last bits across the M, N >= 256 edge.
     Cost:
         2*M*N*K FLOP; bytes a + b (1 byte each) + scales + bias + output (``scaled_mm_cost``).
     Source:
