@@ -89,6 +89,22 @@ def _fp8_producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M
 
 
 @gluon.jit
+def _promoted_step(a_bufs, b_bufs, ready, empty, t_next, t_prev, acc, cnt, prev, W: gl.constexpr,
+                   STAGES: gl.constexpr):
+    """One K slice of the promoted path: issue ring entry ``cnt``'s wgmma into ``t_next`` (its
+    old contents ignored), wait until only that one is in flight, add ``t_prev`` (the slice
+    before) into ``acc`` and release its slot. Returns (t_next, t_prev, acc, cnt + 1, this slot)."""
+    s = cnt % STAGES
+    mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
+    t_next = warpgroup_mma(a_bufs.index(2 * s + W), b_bufs.index(s).permute((1, 0)), t_next, use_acc=False,
+                           is_async=True)
+    t_prev, t_next = warpgroup_mma_wait(1, deps=(t_prev, t_next))
+    acc = acc + t_prev
+    mbarrier.arrive(empty.index(prev))
+    return t_next, t_prev, acc, cnt + 1, s
+
+
+@gluon.jit
 def _fp8_consumer(a_bufs, b_bufs, ready, empty, c_bufs, out_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K, s_sa, s_sb,
                   W: gl.constexpr, HAS_BIAS: gl.constexpr, PRECISE: gl.constexpr, GROUP_M: gl.constexpr,
                   STAGES: gl.constexpr):
@@ -125,34 +141,13 @@ def _fp8_consumer(a_bufs, b_bufs, ready, empty, c_bufs, out_desc, sa_ptr, sb_ptr
             prev = s
             cnt += 1
             for _pair in range((k_tiles - 1) // 2):
-                s = cnt % STAGES
-                mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
-                t1 = warpgroup_mma(a_bufs.index(2 * s + W), b_bufs.index(s).permute((1, 0)), t1, use_acc=False,
-                                   is_async=True)
-                t0, t1 = warpgroup_mma_wait(1, deps=(t0, t1))
-                acc = acc + t0
-                mbarrier.arrive(empty.index(prev))
-                prev = s
-                cnt += 1
-                s = cnt % STAGES
-                mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
-                t0 = warpgroup_mma(a_bufs.index(2 * s + W), b_bufs.index(s).permute((1, 0)), t0, use_acc=False,
-                                   is_async=True)
-                t1, t0 = warpgroup_mma_wait(1, deps=(t1, t0))
-                acc = acc + t1
-                mbarrier.arrive(empty.index(prev))
-                prev = s
-                cnt += 1
+                t1, t0, acc, cnt, prev = _promoted_step(a_bufs, b_bufs, ready, empty, t1, t0, acc, cnt, prev, W,
+                                                        STAGES)
+                t0, t1, acc, cnt, prev = _promoted_step(a_bufs, b_bufs, ready, empty, t0, t1, acc, cnt, prev, W,
+                                                        STAGES)
             if k_tiles % 2 == 0:  # one slice left, into t1
-                s = cnt % STAGES
-                mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
-                t1 = warpgroup_mma(a_bufs.index(2 * s + W), b_bufs.index(s).permute((1, 0)), t1, use_acc=False,
-                                   is_async=True)
-                t0, t1 = warpgroup_mma_wait(1, deps=(t0, t1))
-                acc = acc + t0
-                mbarrier.arrive(empty.index(prev))
-                prev = s
-                cnt += 1
+                t1, t0, acc, cnt, prev = _promoted_step(a_bufs, b_bufs, ready, empty, t1, t0, acc, cnt, prev, W,
+                                                        STAGES)
                 t1 = warpgroup_mma_wait(0, deps=(t1, ))
                 acc = acc + t1
             else:
