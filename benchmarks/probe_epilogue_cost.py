@@ -1,17 +1,20 @@
 """What each part of the ping-pong GEMM's fused epilogue costs, and whether a deeper wgmma queue
 hides the GELU better (issue 3: bias + GELU within 3 % of plain).
 
-    PYTHONPATH=src python3 benchmarks/probe_epilogue_cost.py [--set parts|forms] [--wait-depth 1 2] [--rounds N] [--json PATH]
+    PYTHONPATH=src python3 benchmarks/probe_epilogue_cost.py [--set parts|forms|logistic] [--wait-depth 1 2] [--rounds N] [--json PATH]
 
 8192x14336x4096 bf16, ping-pong default configuration, every variant verified against float64
 (relative L2 within 2x torch's + 1e-3), then timed interleaved by the harness (CUDA events, cold
 L2): plain, bias only, bias + relu, bias + gelu (erf), bias + gelu_tanh, bias + silu, each at
 every requested WAIT_DEPTH (wgmma groups a consumer keeps in flight; a diagnostic constexpr of
 ``roofkit.ops._gemm_ws``). Prints each variant's median over rounds and its cost over plain at
-the same depth. ``--set forms`` instead: plain, the GELU as built, without its input clamp (GELU_FORM 2) and
-with the max(x, 0) - |x| q last step (GELU_FORM 1),
-and gelu / gelu_tanh / silu applied 1-3 times (EPI_REPEAT: longer epilogues of one kind), at
-WAIT_DEPTH 1: does the cost follow the instruction count, or the GELU's form?
+the same depth. ``--set forms`` instead: plain, the GELU as built, the erfc fit with the
+max(x, 0) - |x| q last step (GELU_FORM 1), and gelu / gelu_tanh / silu applied 1-3 times (EPI_REPEAT: longer
+epilogues of one kind), at WAIT_DEPTH 1: does the cost follow the instruction count, or the
+GELU's form? ``--set logistic``: plain, bias only, the GELU with the 5-term erfc fit (GELU_FORM 3,
+bfloat16's default until session 10), the GELU in its logistic form (bfloat16's default since:
+x / (1 + exp(-g(x))) with a fitted odd polynomial g, ~13 instructions per element), gelu_tanh
+and silu.
 """
 
 import argparse
@@ -32,14 +35,17 @@ WS = importlib.import_module("roofkit.ops._gemm_ws")
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--set", choices=["parts", "forms"], default="parts")
+    p.add_argument("--set", choices=["parts", "forms", "logistic"], default="parts")
     p.add_argument("--wait-depth", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default=None)
+    p.add_argument("--input-scale", type=float, default=1.0,
+                   help="a's scale: 1 gives pre-activations of std ~64 (K = 4096), where the GELU and silu "
+                        "saturate; 1/64 gives std ~1, where every form evaluates its fit")
     args = p.parse_args()
     m, n, k = 8192, 14336, 4096
     g = torch.Generator(device="cuda").manual_seed(5)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    a = (torch.randn(m, k, device="cuda", generator=g) * args.input_scale).to(torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g)
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16, generator=g)
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -51,11 +57,17 @@ def main():
             variants[f"plain wd{wd}"] = (wd, None, False, {})
             for act in acts:
                 variants[f"bias+{act or 'none'} wd{wd}"] = (wd, act, True, {})
+    elif args.set == "logistic":
+        variants["plain wd1"] = (1, None, False, {})
+        variants["bias+none"] = (1, None, True, {})
+        variants["bias+gelu erfc5"] = (1, "gelu", True, {"GELU_FORM": 3})
+        variants["bias+gelu logistic"] = (1, "gelu", True, {"GELU_FORM": 0})
+        variants["bias+gelu_tanh"] = (1, "gelu_tanh", True, {})
+        variants["bias+silu"] = (1, "silu", True, {})
     else:
         variants["plain wd1"] = (1, None, False, {})
         variants["bias+none"] = (1, None, True, {})
         variants["bias+gelu"] = (1, "gelu", True, {})
-        variants["bias+gelu unclamped"] = (1, "gelu", True, {"GELU_FORM": 2})
         variants["bias+gelu form1"] = (1, "gelu", True, {"GELU_FORM": 1})
         for act in ("gelu", "gelu_tanh", "silu"):
             for rep in (2, 3) if act != "gelu" else (2, ):
@@ -113,7 +125,8 @@ def main():
     print(f"{'cuBLAS plain':22s} {med['cuBLAS plain']:10.1f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"environment": environment(), "shape": [m, n, k], "config": str(cfg), "verify": verify,
+            json.dump({"environment": environment(), "shape": [m, n, k], "input_scale": args.input_scale,
+                       "config": str(cfg), "verify": verify,
                        "rounds_us": rounds, "median_us": med}, f, indent=1)
     raise SystemExit(0 if all(v["ok"] for v in verify.values()) else 1)
 

@@ -65,16 +65,22 @@ def _rcp(x):
     return 1.0 / x  # rcp.approx.ftz: ~1 ulp, inf -> 0
 
 
-def _epilogue_as_built(x: torch.Tensor, act: str, short: bool = True) -> torch.Tensor:
+def _epilogue_as_built(x: torch.Tensor, act: str, short: bool = True, form: int = 0) -> torch.Tensor:
     """The kernel's activations (``_gemm_ws._consumer`` / ``_gelu``), step by step in float32
     with the module's constants; exact exp2 / reciprocal (flushing results below 2**-126)
-    stand in for the SFU's approximations."""
+    stand in for the SFU's approximations. ``form`` as ``_gelu``'s FORM (0, 2 or 3)."""
     L = ws.LOG2E_C.value
     if act == "gelu_tanh":
         u2 = (2.0 * 0.7978845608028654 * L) * (x + 0.044715 * x * x * x)
         return x * _rcp(1.0 + _ex2(-u2))
     if act == "silu":
         return x * _rcp(1.0 + _ex2(x * -L))
+    if form == 2 or (short and form == 0):  # the logistic form
+        s = torch.where(torch.isnan(x), ws.S_MAX.value, torch.clamp(x * x, max=ws.S_MAX.value))  # PTX min keeps the bound
+        h = s * ws.H6.value + ws.H5.value
+        for c in (ws.H4, ws.H3, ws.H2, ws.H1, ws.H0):
+            h = h * s + c.value
+        return x * _rcp(1.0 + _ex2(x * h))
     ax = x.abs()
     zs = ax * ws.ZS.value
     if short:
@@ -102,16 +108,19 @@ def _reference(x64: torch.Tensor, act: str) -> torch.Tensor:
 
 
 @needs_gluon
-@pytest.mark.parametrize("act,short,abs_tol,rel_tol", [("gelu", True, 6e-7, 2e-4), ("gelu", False, 6e-7, 3e-6),
-                                                       ("gelu_tanh", True, 1e-6, 1e-5), ("silu", True, 1e-6, 1e-5)])
-def test_pingpong_activation_constants_and_forms(act, short, abs_tol, rel_tol):
+@pytest.mark.parametrize("act,short,form,abs_tol,rel_tol", [
+    ("gelu", True, 0, 3e-6, 3e-5),  # bfloat16: the logistic form (relative 1.5e-5: 3e-6 at x ~ -0.6)
+    ("gelu", True, 3, 6e-7, 2e-4),  # the 5-term erfc fit (diagnostic)
+    ("gelu", False, 0, 6e-7, 3e-6),  # fp16 / fp32: the 10-term erfc fit
+    ("gelu_tanh", True, 0, 1e-6, 1e-5), ("silu", True, 0, 1e-6, 1e-5)])
+def test_pingpong_activation_constants_and_forms(act, short, form, abs_tol, rel_tol):
     # The folded coefficients (0.5 and log2 e moved into the fits) and the forms chosen to avoid
     # cancellation must still give the activation: error <= abs_tol + 2 float32 ulp of the
     # result over [-20, 20] and relative error <= rel_tol where |result| > 1e-3 or,
     # for the GELUs' negative side, down to x = -3.
     x = torch.linspace(-20, 20, 800001, dtype=torch.float64)
     ref = _reference(x, act)
-    got = _epilogue_as_built(x.float(), act, short).double()
+    got = _epilogue_as_built(x.float(), act, short, form).double()
     err = (got - ref).abs()
     assert (err <= abs_tol + 2.0**-22 * ref.abs()).all(), (err - 2.0**-22 * ref.abs()).max()  # + 2 ulp of the result
     keep = (ref.abs() > 1e-3) | ((x >= -3) & (x != 0))
@@ -120,12 +129,12 @@ def test_pingpong_activation_constants_and_forms(act, short, abs_tol, rel_tol):
 
 
 @needs_gluon
-@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("act,form", [("gelu", 0), ("gelu", 3), ("gelu_tanh", 0), ("silu", 0)])
 @pytest.mark.parametrize("short", [True, False])
-def test_pingpong_activation_special_values_follow_torch(act, short):
+def test_pingpong_activation_special_values_follow_torch(act, form, short):
     # +-inf, NaN and -0 come out as torch's float64 activation gives them (NaN where it is NaN).
-    x = torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0, 0.0, -100.0, 100.0])
-    got = _epilogue_as_built(x, act, short).double()
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0, 0.0, -100.0, 100.0, 3e38, -3e38])
+    got = _epilogue_as_built(x, act, short, form).double()
     ref = _reference(x.double(), act)
     assert torch.equal(torch.isnan(got), torch.isnan(ref)), (got, ref)
     fin = ~torch.isnan(ref)
@@ -187,7 +196,7 @@ def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
     # of shared memory an sm_90 block can opt in to.
     # The ring slots as the launcher chooses them for an sm_90 block (227 KB): 5, or the 4 a
     # configuration asks for. Every activation form the epilogue has: the bf16 GELU takes the
-    # 5-term fit, the fp16 GELU the 10-term one.
+    # logistic form, the fp16 GELU the 10-term erfc fit.
     limit = 232448
     cases = [(mm.PINGPONG_DEFAULT, 2, False, torch.bfloat16, torch.bfloat16),
              (PP[1], 3, False, torch.float16, torch.float16),
@@ -211,11 +220,13 @@ def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
     launch, consumer, producer = ws.register_split(65536)
     assert (launch, consumer, producer) == (168, 232, 40)
     assert 2 * 128 * consumer + 128 * producer <= 12 * 32 * launch
-    as_p, half_rsqrt2 = ("0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0] for v in (ws.AS_P.value, ws.HALF_RSQRT2.value))
+    as_p, half_rsqrt2, s_max = ("0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0]
+                                for v in (ws.AS_P.value, ws.HALF_RSQRT2.value, ws.S_MAX.value))
     for i, r in enumerate(results):
         ptx = (tmp_path / f"k{i}.ptx").read_text()
-        if configs[i][4] == 2:  # GELU: the fit chosen by the output dtype, and x * (q or 1 - q), not max(x, 0) - |x| q
-            assert (as_p in ptx, half_rsqrt2 in ptx) == ((True, False) if configs[i][7] == "bfloat16" else (False, True)), i
+        if configs[i][4] == 2:  # GELU: the form chosen by the output dtype (bf16: logistic, else the 10-term fit)
+            want = (False, False, True) if configs[i][7] == "bfloat16" else (False, True, False)
+            assert (as_p in ptx, half_rsqrt2 in ptx, s_max in ptx) == want, i
             assert "max.f32" not in ptx and "max.NaN.f32" not in ptx, i
         assert 0 < r["shared"] <= limit, r
         assert r["wgmma"] > 0 and r["tma"], r

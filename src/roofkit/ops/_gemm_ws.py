@@ -53,8 +53,10 @@ LOG2E = 1.4426950408889634
 # Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py, which clears
 # it in a ``finally``): SERIAL = the other consumer starts after this one's epilogue (no
 # overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue), WAIT_DEPTH = wgmma
-# groups a consumer keeps in flight (default 1), GELU_FORM = 1: the GELU's last step as max(x, 0) -
-# |x| q (-inf gives 0). Other keys are refused. Not thread-safe; empty in normal use.
+# groups a consumer keeps in flight (default 1), GELU_FORM (``_gelu``'s FORM): 1 = the erfc fits'
+# last step as max(x, 0) - |x| q (-inf gives 0), 2 = the logistic form for every output dtype,
+# 3 = the 5-term erfc fit for bfloat16 (the default before session 10). Other keys are refused.
+# Not thread-safe; empty in normal use.
 DIAGNOSTIC: dict = {}
 
 
@@ -114,7 +116,7 @@ ZS = gl.constexpr((LOG2E / 2.0) ** 0.5)  # z sqrt(log2 e) = |x| sqrt(log2 e / 2)
 LOG2E_C = gl.constexpr(LOG2E)
 
 
-# For bfloat16 outputs, Abramowitz & Stegun 7.1.26: erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2),
+# Diagnostic (GELU_FORM 3; bfloat16's default until session 10), Abramowitz & Stegun 7.1.26: erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2),
 # t = 1 / (1 + p z), absolute error <= 1.5e-7, i.e. Phi within 7.5e-8 absolute: GELU within
 # 2e-4 relative where |GELU(x)| > 1e-3, a fortieth of a bf16 unit in the last place, and in the
 # far negative tail no worse (in absolute terms) than torch's own x * 0.5 * (1 + erf(x / sqrt 2))
@@ -128,15 +130,53 @@ A2 = gl.constexpr(0.5 * -0.284496736)
 A1 = gl.constexpr(0.5 * 0.254829592)
 
 
+# The logistic form of Phi for bfloat16 outputs: Phi(x) = 1 / (1 + exp(-g(x))), g = logit(Phi), odd,
+# fitted as g(x) = x h(x^2) with h of degree 6 (weighted minimax over |x| <= 5.5:
+# benchmarks/fit_gelu_logistic.py); s = x^2 is clamped at 5.5^2, past which g grows linearly and
+# Phi is within 4e-9 of 0 or 1. An error d in g is a relative error (1 - Phi) d in Phi, so the fit
+# bounds the GELU's relative error the negative tail included: 1.5e-5 where |GELU| > 1e-3 and
+# 2.8e-8 absolute elsewhere over a dense float32 sweep (the 5-term erfc fit: 1.7e-4, 1.7e-7), a
+# 260th of a bf16 unit in the last place. Coefficients times -log2 e (the ex2).
+_H = [c * -LOG2E for c in (1.59572113, 0.072756021, -0.000111982777, -0.000100453122, 6.89869563e-06,
+                           -2.16809274e-07, 2.71569028e-09)]
+H0 = gl.constexpr(_H[0])
+H1 = gl.constexpr(_H[1])
+H2 = gl.constexpr(_H[2])
+H3 = gl.constexpr(_H[3])
+H4 = gl.constexpr(_H[4])
+H5 = gl.constexpr(_H[5])
+H6 = gl.constexpr(_H[6])
+S_MAX = gl.constexpr(5.5 * 5.5)
+
+
+@gluon.jit
+def _gelu_logistic(x):
+    """x * Phi(x) as x / (1 + 2**(x h(min(x^2, 5.5^2)))): ~13 instructions per element (two on the
+    SFU). NaN stays NaN (min keeps the bound, the last multiply takes x); +inf -> +inf, -inf ->
+    NaN (inf * 0, as x * Phi(x) in float64); large |x| saturates the ex2 to 0 or inf."""
+    s = gl.minimum(x * x, S_MAX)
+    h = s * H6 + H5
+    h = h * s + H4
+    h = h * s + H3
+    h = h * s + H2
+    h = h * s + H1
+    h = h * s + H0
+    return x * _rcp(1.0 + _ex2(x * h))
+
+
 @gluon.jit
 def _gelu(x, SHORT: gl.constexpr, FORM: gl.constexpr = 0):
-    """x * Phi(x), the exact (erf) GELU: Phi(-|x|) = q from an erfc fit, Phi(x) = q for x < 0,
-    1 - q otherwise (NaN stays NaN). SHORT (a bfloat16 output): the 5-term fit, ~16 instructions
-    per element (two of them SFU); else the 10-term fit (fractional error < 1.2e-7), ~21."""
+    """x * Phi(x), the exact (erf) GELU. SHORT (a bfloat16 output): the logistic form
+    (``_gelu_logistic``, ~13 instructions per element, two on the SFU). Else the 10-term erfc fit
+    (fractional error < 1.2e-7, ~21): Phi(-|x|) = q, Phi(x) = q for x < 0, 1 - q otherwise (NaN
+    stays NaN). FORM (diagnostic): 1 = the erfc fits' last step as max(x, 0) - |x| q, 2 = the
+    logistic form for every output dtype, 3 = the 5-term erfc fit (A&S 7.1.26) for bfloat16."""
+    if FORM == 2 or (SHORT and FORM == 0):
+        return _gelu_logistic(x)
     ax = gl.abs(x)
     zs = ax * ZS
-    e = _ex2(-(zs * zs))  # exp(-z^2)
     if SHORT:
+        e = _ex2(-(zs * zs))  # exp(-z^2)
         t = _rcp(ax * AS_P + 1.0)
         p = t * A5 + A4
         p = p * t + A3

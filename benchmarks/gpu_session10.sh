@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 10's GPU runs (2026-12-01), issue 3.
+#   bash benchmarks/gpu_session10.sh STEP...
+# logistic:  benchmarks/probe_epilogue_cost.py --set logistic (the GELU's logistic form against the
+#            5-term erfc fit, gelu_tanh, silu), on the bench's data and on inputs scaled by 1/64
+# fused:     benchmarks/check_fused_gelu.py, 3 rounds (the acceptance figure, the default GELU)
+# pptests:   tests/ops/test_matmul_pingpong.py on the GPU
+# gemv:      benchmarks/probe_gemv_evict.py (evict-first weight loads after write / read flushes)
+# mmtests:   tests/ops/test_matmul.py on the GPU
+# bench:     roofkit bench matmul --suite acceptance (roofkit, torch)
+set -uo pipefail
+. benchmarks/gpu_env.sh
+for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
+  case $step in
+    logistic) for sc in 1 0.015625; do
+        timeout 300 python3 benchmarks/probe_epilogue_cost.py --set logistic --input-scale $sc --json "$R/probe-logistic-$sc.json" > "$R/probe-logistic-$sc.txt" 2>&1; echo "scale $sc rc=$?"; grep -v "^round" "$R/probe-logistic-$sc.txt" | tail -9; done ;;
+    fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -6 "$R/check-fused-gelu.txt" ;;
+    pptests) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_matmul_pingpong.py > "$R/pytest-gpu-pingpong.txt" 2>&1; echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-pingpong.txt" | tail -8 ;;
+    mmtests) ROOFKIT_AUTOTUNE=0 timeout 400 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_matmul.py > "$R/pytest-gpu-matmul.txt" 2>&1; echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-matmul.txt" | tail -8 ;;
+    gemv) timeout 200 python3 benchmarks/probe_gemv_evict.py --json "$R/probe-gemv-evict.json" > "$R/probe-gemv-evict.txt" 2>&1; echo "rc=$?"; grep -v "^verify.*ok" "$R/probe-gemv-evict.txt" | tail -16 ;;
+    bench) timeout 400 python3 -m roofkit.cli bench matmul --suite acceptance --providers roofkit torch --out "$R/bench-acceptance-matmul" > "$R/bench-acceptance-matmul.txt" 2>&1; echo "rc=$?"; grep -E "TFLOP|GB/s|geomean|FAIL" "$R/bench-acceptance-matmul.txt" | cut -c1-170 | head -14 ;;
+    *) echo "unknown step $step" ;;
+  esac
+  tar -C "$OUT" -czf "$OUT/run.tar.gz" run
+done
