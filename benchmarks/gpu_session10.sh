@@ -8,6 +8,9 @@
 # gemv:      benchmarks/probe_gemv_evict.py (evict-first weight loads after write / read flushes)
 # mmtests:   tests/ops/test_matmul.py on the GPU
 # bench:     roofkit bench matmul --suite acceptance (roofkit, torch)
+# clocks:    benchmarks/probe_epilogue_clocks.py (time, NVML SM clock, power and cycles per call)
+# ncu:       Nsight Compute on one launch of each of probe_epilogue_clocks.py's variants (after a
+#            warm-up launch each): speed of light, compute workload, warp states, cycles
 set -uo pipefail
 . benchmarks/gpu_env.sh
 for step in "$@"; do
@@ -20,6 +23,8 @@ for step in "$@"; do
     mmtests) ROOFKIT_AUTOTUNE=0 timeout 400 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_matmul.py > "$R/pytest-gpu-matmul.txt" 2>&1; echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-matmul.txt" | tail -8 ;;
     gemv) timeout 200 python3 benchmarks/probe_gemv_evict.py --json "$R/probe-gemv-evict.json" > "$R/probe-gemv-evict.txt" 2>&1; echo "rc=$?"; grep -v "^verify.*ok" "$R/probe-gemv-evict.txt" | tail -16 ;;
     bench) timeout 400 python3 -m roofkit.cli bench matmul --suite acceptance --providers roofkit torch --out "$R/bench-acceptance-matmul" > "$R/bench-acceptance-matmul.txt" 2>&1; echo "rc=$?"; grep -E "TFLOP|GB/s|geomean|FAIL" "$R/bench-acceptance-matmul.txt" | cut -c1-170 | head -14 ;;
+    clocks) timeout 200 python3 benchmarks/probe_epilogue_clocks.py --json "$R/probe-epilogue-clocks.json" > "$R/probe-epilogue-clocks.txt" 2>&1; echo "rc=$?"; tail -6 "$R/probe-epilogue-clocks.txt" ;;
+    ncu) timeout 300 ncu --clock-control none --kernel-name regex:_matmul_ws_kernel --launch-count 10 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,sm__cycles_elapsed.avg.per_second python3 benchmarks/probe_epilogue_clocks.py --once > "$R/ncu-epilogue.txt" 2>&1; echo "rc=$?"; grep -E "gpu__time_duration.sum|sm__cycles_elapsed.max|per_second|Compute \(SM\) Throughput|Issue Slots Busy|Executed Ipc Active" "$R/ncu-epilogue.txt" | tail -40 ;;
     *) echo "unknown step $step" ;;
   esac
   tar -C "$OUT" -czf "$OUT/run.tar.gz" run
