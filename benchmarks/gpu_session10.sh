@@ -16,7 +16,7 @@ set -uo pipefail
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
-    logistic) for sc in 1 0.015625; do
+    logistic) for sc in ${SCALES:-1 0.015625}; do
         timeout 300 python3 benchmarks/probe_epilogue_cost.py --set logistic --input-scale $sc --json "$R/probe-logistic-$sc.json" > "$R/probe-logistic-$sc.txt" 2>&1; echo "scale $sc rc=$?"; grep -v "^round" "$R/probe-logistic-$sc.txt" | tail -9; done ;;
     fused) timeout 300 python3 benchmarks/check_fused_gelu.py --rounds 3 --json "$R/check-fused-gelu.json" > "$R/check-fused-gelu.txt" 2>&1; echo "rc=$?"; tail -6 "$R/check-fused-gelu.txt" ;;
     pptests) ROOFKIT_AUTOTUNE=0 timeout 300 python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/ops/test_matmul_pingpong.py > "$R/pytest-gpu-pingpong.txt" 2>&1; echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-pingpong.txt" | tail -8 ;;

@@ -65,25 +65,28 @@ def _rcp(x):
     return 1.0 / x  # rcp.approx.ftz: ~1 ulp, inf -> 0
 
 
-def _epilogue_as_built(x: torch.Tensor, act: str, short: bool = True, form: int = 0) -> torch.Tensor:
+def _epilogue_as_built(x: torch.Tensor, act: str, out_bits: int = 2, form: int = 0) -> torch.Tensor:
     """The kernel's activations (``_gemm_ws._consumer`` / ``_gelu``), step by step in float32
     with the module's constants; exact exp2 / reciprocal (flushing results below 2**-126)
-    stand in for the SFU's approximations. ``form`` as ``_gelu``'s FORM (0, 2 or 3)."""
+    stand in for the SFU's approximations. ``out_bits`` and ``form`` as ``_gelu``'s OUT_BITS
+    (2 bfloat16, 1 float16, 0 float32) and FORM (0, 2 or 3)."""
     L = ws.LOG2E_C.value
     if act == "gelu_tanh":
         u2 = (2.0 * 0.7978845608028654 * L) * (x + 0.044715 * x * x * x)
         return x * _rcp(1.0 + _ex2(-u2))
     if act == "silu":
         return x * _rcp(1.0 + _ex2(x * -L))
-    if form == 2 or (short and form == 0):  # the logistic form
+    if form == 2 or (form == 0 and out_bits > 0):  # the logistic forms
+        coeffs = (ws.G0, ws.G1, ws.G2, ws.G3, ws.G4) if form == 0 and out_bits == 2 else \
+            (ws.H0, ws.H1, ws.H2, ws.H3, ws.H4, ws.H5, ws.H6)
         s = x * x
-        h = s * ws.H6.value + ws.H5.value
-        for c in (ws.H4, ws.H3, ws.H2, ws.H1, ws.H0):
+        h = s * coeffs[-1].value + coeffs[-2].value
+        for c in reversed(coeffs[:-2]):
             h = h * s + c.value
         return x * _rcp(1.0 + _ex2(x * h))
     ax = x.abs()
     zs = ax * ws.ZS.value
-    if short:
+    if form == 3:
         e = _ex2(-(zs * zs))
         t = _rcp(ax * ws.AS_P.value + 1.0)
         p = t * ws.A5.value + ws.A4.value
@@ -108,19 +111,20 @@ def _reference(x64: torch.Tensor, act: str) -> torch.Tensor:
 
 
 @needs_gluon
-@pytest.mark.parametrize("act,short,form,abs_tol,rel_tol", [
-    ("gelu", True, 0, 3e-6, 3e-5),  # bfloat16: the logistic form (relative 1.5e-5: 3e-6 at x ~ -0.6)
-    ("gelu", True, 3, 6e-7, 2e-4),  # the 5-term erfc fit (diagnostic)
-    ("gelu", False, 0, 6e-7, 3e-6),  # fp16 / fp32: the 10-term erfc fit
-    ("gelu_tanh", True, 0, 1e-6, 1e-5), ("silu", True, 0, 1e-6, 1e-5)])
-def test_pingpong_activation_constants_and_forms(act, short, form, abs_tol, rel_tol):
+@pytest.mark.parametrize("act,out_bits,form,abs_tol,rel_tol", [
+    ("gelu", 2, 0, 4e-5, 3e-4),  # bfloat16: logistic, degree 4 (relative 2.5e-4: 4e-5 at x ~ -0.6)
+    ("gelu", 1, 0, 3e-6, 3e-5),  # float16: logistic, degree 6 (relative 1.5e-5)
+    ("gelu", 0, 0, 6e-7, 3e-6),  # float32: the 10-term erfc fit
+    ("gelu", 2, 3, 6e-7, 2e-4),  # the 5-term erfc fit (diagnostic)
+    ("gelu_tanh", 2, 0, 1e-6, 1e-5), ("silu", 2, 0, 1e-6, 1e-5)])
+def test_pingpong_activation_constants_and_forms(act, out_bits, form, abs_tol, rel_tol):
     # The folded coefficients (0.5 and log2 e moved into the fits) and the forms chosen to avoid
     # cancellation must still give the activation: error <= abs_tol + 2 float32 ulp of the
     # result over [-20, 20] and relative error <= rel_tol where |result| > 1e-3 or,
     # for the GELUs' negative side, down to x = -3.
     x = torch.linspace(-20, 20, 800001, dtype=torch.float64)
     ref = _reference(x, act)
-    got = _epilogue_as_built(x.float(), act, short, form).double()
+    got = _epilogue_as_built(x.float(), act, out_bits, form).double()
     err = (got - ref).abs()
     assert (err <= abs_tol + 2.0**-22 * ref.abs()).all(), (err - 2.0**-22 * ref.abs()).max()  # + 2 ulp of the result
     keep = (ref.abs() > 1e-3) | ((x >= -3) & (x != 0))
@@ -130,12 +134,12 @@ def test_pingpong_activation_constants_and_forms(act, short, form, abs_tol, rel_
 
 @needs_gluon
 @pytest.mark.parametrize("act,form", [("gelu", 0), ("gelu", 3), ("gelu_tanh", 0), ("silu", 0)])
-@pytest.mark.parametrize("short", [True, False])
-def test_pingpong_activation_special_values_follow_torch(act, form, short):
+@pytest.mark.parametrize("out_bits", [2, 1, 0])
+def test_pingpong_activation_special_values_follow_torch(act, form, out_bits):
     # +-inf, NaN and -0 come out as torch's float64 activation gives them (NaN where it is NaN).
     x = torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0, 0.0, -100.0, 100.0, 3e38, -3e38,
                       -1e10, 1e10, -2000.0, 2000.0])  # past the fitted range: Horner's overflow
-    got = _epilogue_as_built(x, act, short, form).double()
+    got = _epilogue_as_built(x, act, out_bits, form).double()
     ref = _reference(x.double(), act)
     assert torch.equal(torch.isnan(got), torch.isnan(ref)), (got, ref)
     fin = ~torch.isnan(ref)
@@ -197,7 +201,7 @@ def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
     # of shared memory an sm_90 block can opt in to.
     # The ring slots as the launcher chooses them for an sm_90 block (227 KB): 5, or the 4 a
     # configuration asks for. Every activation form the epilogue has: the bf16 GELU takes the
-    # logistic form, the fp16 GELU the 10-term erfc fit.
+    # degree-4 logistic form, the fp16 GELU the degree-6 one.
     limit = 232448
     cases = [(mm.PINGPONG_DEFAULT, 2, False, torch.bfloat16, torch.bfloat16),
              (PP[1], 3, False, torch.float16, torch.float16),
@@ -221,13 +225,13 @@ def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
     launch, consumer, producer = ws.register_split(65536)
     assert (launch, consumer, producer) == (168, 232, 40)
     assert 2 * 128 * consumer + 128 * producer <= 12 * 32 * launch
-    as_p, half_rsqrt2, h6 = ("0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0]
-                             for v in (ws.AS_P.value, ws.HALF_RSQRT2.value, ws.H6.value))
+    as_p, half_rsqrt2, g4, h6 = ("0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0]
+                                 for v in (ws.AS_P.value, ws.HALF_RSQRT2.value, ws.G4.value, ws.H6.value))
     for i, r in enumerate(results):
         ptx = (tmp_path / f"k{i}.ptx").read_text()
-        if configs[i][4] == 2:  # GELU: the form chosen by the output dtype (bf16: logistic, else the 10-term fit)
-            want = (False, False, True) if configs[i][7] == "bfloat16" else (False, True, False)
-            assert (as_p in ptx, half_rsqrt2 in ptx, h6 in ptx) == want, i
+        if configs[i][4] == 2:  # GELU: the form chosen by the output dtype (logistic, degree 4 for bf16, 6 for fp16)
+            want = (False, False, True, False) if configs[i][7] == "bfloat16" else (False, False, False, True)
+            assert (as_p in ptx, half_rsqrt2 in ptx, g4 in ptx, h6 in ptx) == want, i
             assert "max.f32" not in ptx and "max.NaN.f32" not in ptx, i
         assert 0 < r["shared"] <= limit, r
         assert r["wgmma"] > 0 and r["tma"], r
@@ -298,7 +302,7 @@ def test_pingpong_matches_float64(cfg, shape, lay, act):
 def test_pingpong_many_tiles_per_program(cfg, k, out_dtype):
     # 8192 x 8192: 4096 tiles, ~31 per program, so each consumer cycles the ring and the turn
     # barriers through many phases; K blocks per tile 1, 4, 5, 6 against ring slots 4 or 5,
-    # i.e. below, at and past the ring's length; fp16 outputs take the 10-term GELU fit.
+    # i.e. below, at and past the ring's length; fp16 outputs take the degree-6 logistic GELU.
     a, b, bias, _ = _operands(8192, 8192, k, "nt", torch.bfloat16, seed=k)
     ref = F.gelu(a.double() @ b.double() + bias.double())
     out = torch.full((8192, 8192), float("nan"), device="cuda", dtype=out_dtype)

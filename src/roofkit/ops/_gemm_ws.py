@@ -53,10 +53,9 @@ LOG2E = 1.4426950408889634
 # Constexpr overrides for diagnostic runs only (benchmarks/probe_pingpong_diag.py, which clears
 # it in a ``finally``): SERIAL = the other consumer starts after this one's epilogue (no
 # overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue), WAIT_DEPTH = wgmma
-# groups a consumer keeps in flight (default 1), GELU_FORM (``_gelu``'s FORM): 1 = the erfc fits'
-# last step as max(x, 0) - |x| q (-inf gives 0), 2 = the logistic form for every output dtype,
-# 3 = the 5-term erfc fit for bfloat16 (the default before session 10), 4 = the logistic form
-# with a degree-4 polynomial. Other keys are refused.
+# groups a consumer keeps in flight (default 1), GELU_FORM (``_gelu``'s FORM): 1 = the erfc fit's
+# last step as max(x, 0) - |x| q (-inf gives 0), 2 = the degree-6 logistic form, 3 = the 5-term
+# erfc fit (bfloat16's GELU before session 10), for every output dtype. Other keys are refused.
 # Not thread-safe; empty in normal use.
 DIAGNOSTIC: dict = {}
 
@@ -117,12 +116,10 @@ ZS = gl.constexpr((LOG2E / 2.0) ** 0.5)  # z sqrt(log2 e) = |x| sqrt(log2 e / 2)
 LOG2E_C = gl.constexpr(LOG2E)
 
 
-# Diagnostic (GELU_FORM 3; bfloat16's default until session 10), Abramowitz & Stegun 7.1.26: erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2),
-# t = 1 / (1 + p z), absolute error <= 1.5e-7, i.e. Phi within 7.5e-8 absolute: GELU within
-# 2e-4 relative where |GELU(x)| > 1e-3, a fortieth of a bf16 unit in the last place, and in the
-# far negative tail no worse (in absolute terms) than torch's own x * 0.5 * (1 + erf(x / sqrt 2))
-# in float32. (fp16's unit is 16x finer: fp16 and fp32 outputs take the 10-term fit.)
-# Four fused multiply-adds instead of nine. Coefficients times 0.5 (the 0.5 of Phi = erfc / 2).
+# Diagnostic (GELU_FORM 3; bfloat16's GELU until session 10): Abramowitz & Stegun 7.1.26,
+# erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2), t = 1 / (1 + p z), absolute error <= 1.5e-7,
+# i.e. Phi within 7.5e-8 absolute: GELU within 2e-4 relative where |GELU(x)| > 1e-3. Four fused
+# multiply-adds instead of nine. Coefficients times 0.5 (the 0.5 of Phi = erfc / 2).
 AS_P = gl.constexpr(0.3275911 * 0.7071067811865476)  # p z = |x| p / sqrt(2)
 A5 = gl.constexpr(0.5 * 1.061405429)
 A4 = gl.constexpr(0.5 * -1.453152027)
@@ -131,75 +128,68 @@ A2 = gl.constexpr(0.5 * -0.284496736)
 A1 = gl.constexpr(0.5 * 0.254829592)
 
 
-# The logistic form of Phi for bfloat16 outputs: Phi(x) = 1 / (1 + exp(-g(x))), g = logit(Phi), odd,
-# fitted as g(x) = x h(x^2) with h of degree 6 (weighted minimax over |x| <= 5.5:
-# benchmarks/fit_gelu_logistic.py). An error d in g is a relative error (1 - Phi) d in Phi, so the
-# fit bounds the GELU's relative error the negative tail included: 1.5e-5 where |GELU| > 1e-3 and
-# 2.8e-8 absolute elsewhere over a dense float32 sweep (the 5-term erfc fit: 1.7e-4, 1.7e-7), a
-# 260th of a bf16 unit in the last place. Past the fitted range no clamp is needed: h stays above
-# 1.59 for every s >= 0 and its leading coefficient is positive, so |g| > 18 for |x| > 5.5 (Phi
-# within 2e-8 of 0 or 1) and Horner's overflow goes to -inf, never NaN, once scaled. Coefficients
-# times -log2 e (the ex2).
-_H = [c * -LOG2E for c in (1.59572113, 0.072756021, -0.000111982777, -0.000100453122, 6.89869563e-06,
-                           -2.16809274e-07, 2.71569028e-09)]
-H0 = gl.constexpr(_H[0])
-H1 = gl.constexpr(_H[1])
-H2 = gl.constexpr(_H[2])
-H3 = gl.constexpr(_H[3])
-H4 = gl.constexpr(_H[4])
-H5 = gl.constexpr(_H[5])
-H6 = gl.constexpr(_H[6])
-
-
-@gluon.jit
-def _gelu_logistic(x):
-    """x * Phi(x) as x / (1 + 2**(x h(x^2))): 12 instructions per element (two on the SFU). NaN
-    stays NaN; +inf -> +inf, -inf -> NaN (inf * 0, as x * Phi(x) in float64); large |x|
-    saturates the ex2 to 0 or inf (x or -0)."""
-    s = x * x
-    h = s * H6 + H5
-    h = h * s + H4
-    h = h * s + H3
-    h = h * s + H2
-    h = h * s + H1
-    h = h * s + H0
-    return x * _rcp(1.0 + _ex2(x * h))
-
-
-# Diagnostic (GELU_FORM 4): the same form with h of degree 4 (fit_gelu_logistic.py --degree 4):
-# 10 instructions, 2.5e-4 relative where |GELU| > 1e-3, 4.2e-7 absolute elsewhere.
+# The logistic form of Phi for 16-bit outputs: Phi(x) = 1 / (1 + exp(-g(x))), g = logit(Phi), odd,
+# fitted as g(x) = x h(x^2) by weighted minimax over |x| <= 5.5 (benchmarks/fit_gelu_logistic.py).
+# An error d in g is a relative error (1 - Phi) d in Phi, so the fit bounds the GELU's relative
+# error the negative tail included. Over a dense float32 sweep, relative where |GELU| > 1e-3 /
+# absolute elsewhere: h of degree 4 (bfloat16 outputs) 2.5e-4 / 4.2e-7, a sixteenth of a bf16
+# unit in the last place; degree 6 (float16 outputs) 1.5e-5 / 2.8e-8, a thirtieth of an fp16
+# unit. (The 5-term erfc fit bf16 took before: 1.7e-4 / 1.7e-7 in ~16 instructions.) Past the
+# fitted range no clamp is needed: both h stay above 1.59 for every s >= 0 with a positive
+# leading coefficient, so |g| > 15 for |x| > 5 and Horner's overflow goes to -inf (scaled), never
+# NaN. Coefficients times -log2 e (the ex2).
 _H4 = [c * -LOG2E for c in (1.59501326, 0.0737921717, -0.000539660658, -2.65866471e-05, 9.35111904e-07)]
 G0 = gl.constexpr(_H4[0])
 G1 = gl.constexpr(_H4[1])
 G2 = gl.constexpr(_H4[2])
 G3 = gl.constexpr(_H4[3])
 G4 = gl.constexpr(_H4[4])
+_H6 = [c * -LOG2E for c in (1.59572113, 0.072756021, -0.000111982777, -0.000100453122, 6.89869563e-06,
+                            -2.16809274e-07, 2.71569028e-09)]
+H0 = gl.constexpr(_H6[0])
+H1 = gl.constexpr(_H6[1])
+H2 = gl.constexpr(_H6[2])
+H3 = gl.constexpr(_H6[3])
+H4 = gl.constexpr(_H6[4])
+H5 = gl.constexpr(_H6[5])
+H6 = gl.constexpr(_H6[6])
 
 
 @gluon.jit
-def _gelu_logistic4(x):
+def _gelu_logistic(x, DEGREE: gl.constexpr):
+    """x * Phi(x) as x / (1 + 2**(x h(x^2))), h of DEGREE 4 or 6: 10 or 12 instructions per element
+    (two on the SFU). NaN stays NaN; +inf -> +inf, -inf -> NaN (inf * 0, as x * Phi(x) in
+    float64); large |x| saturates the ex2 to 0 or inf (x or -0)."""
     s = x * x
-    h = s * G4 + G3
-    h = h * s + G2
-    h = h * s + G1
-    h = h * s + G0
+    if DEGREE == 4:
+        h = s * G4 + G3
+        h = h * s + G2
+        h = h * s + G1
+        h = h * s + G0
+    else:
+        h = s * H6 + H5
+        h = h * s + H4
+        h = h * s + H3
+        h = h * s + H2
+        h = h * s + H1
+        h = h * s + H0
     return x * _rcp(1.0 + _ex2(x * h))
 
 
 @gluon.jit
-def _gelu(x, SHORT: gl.constexpr, FORM: gl.constexpr = 0):
-    """x * Phi(x), the exact (erf) GELU. SHORT (a bfloat16 output): the logistic form
-    (``_gelu_logistic``, 12 instructions per element, two on the SFU). Else the 10-term erfc fit
-    (fractional error < 1.2e-7, ~21): Phi(-|x|) = q, Phi(x) = q for x < 0, 1 - q otherwise (NaN
-    stays NaN). FORM (diagnostic): 1 = the erfc fits' last step as max(x, 0) - |x| q, 2 = the
-    logistic form for every output dtype, 3 = the 5-term erfc fit (A&S 7.1.26) for bfloat16."""
-    if FORM == 2 or (SHORT and FORM == 0):
-        return _gelu_logistic(x)
-    if FORM == 4:
-        return _gelu_logistic4(x)
+def _gelu(x, OUT_BITS: gl.constexpr, FORM: gl.constexpr = 0):
+    """x * Phi(x), the exact (erf) GELU, as precise as the output needs: OUT_BITS 2 (bfloat16) the
+    logistic form of degree 4 (10 instructions per element), 1 (float16) of degree 6 (12), 0
+    (float32) the 10-term erfc fit (fractional error < 1.2e-7, ~21): Phi(-|x|) = q, Phi(x) = q for
+    x < 0, 1 - q otherwise (NaN stays NaN). FORM (diagnostic): 1 = the erfc fit's last step as
+    max(x, 0) - |x| q, 2 = the degree-6 logistic form, 3 = the 5-term erfc fit (A&S 7.1.26)."""
+    if FORM == 2 or (FORM == 0 and OUT_BITS == 1):
+        return _gelu_logistic(x, 6)
+    if FORM == 0 and OUT_BITS == 2:
+        return _gelu_logistic(x, 4)
     ax = gl.abs(x)
     zs = ax * ZS
-    if SHORT:
+    if FORM == 3:
         e = _ex2(-(zs * zs))  # exp(-z^2)
         t = _rcp(ax * AS_P + 1.0)
         p = t * A5 + A4
@@ -328,7 +318,12 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
             acc = gl.where(acc < 0.0, 0.0, acc)  # NaN stays NaN (the compare is false), as torch.relu
         elif ACTIVATION == 2:
             for _r in gl.static_range(EPI_REPEAT):
-                acc = _gelu(acc, out_desc.dtype == gl.bfloat16, GELU_FORM)
+                if out_desc.dtype == gl.bfloat16:
+                    acc = _gelu(acc, 2, GELU_FORM)
+                elif out_desc.dtype == gl.float16:
+                    acc = _gelu(acc, 1, GELU_FORM)
+                else:
+                    acc = _gelu(acc, 0, GELU_FORM)
         elif ACTIVATION == 3:
             for _r in gl.static_range(EPI_REPEAT):
                 u2 = (2.0 * 0.7978845608028654 * LOG2E_C) * (acc + 0.044715 * acc * acc * acc)  # 2u log2 e
@@ -441,6 +436,8 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     unknown = set(DIAGNOSTIC) - {"SERIAL", "EPI_REPEAT", "WAIT_DEPTH", "GELU_FORM"}
     if unknown:
         raise ValueError(f"roofkit.ops._gemm_ws.DIAGNOSTIC: unknown overrides {sorted(unknown)}")
+    if int(DIAGNOSTIC.get("GELU_FORM", 0)) not in (0, 1, 2, 3):
+        raise ValueError(f"roofkit.ops._gemm_ws.DIAGNOSTIC: GELU_FORM must be 0-3, got {DIAGNOSTIC['GELU_FORM']}")
     from ._gemm import _aligned
 
     m, k = a.shape

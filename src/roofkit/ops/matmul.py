@@ -35,7 +35,8 @@ from ..harness.roofline import gemm_waves
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from . import _autotune, _gemm
 from ._autotune import Tuner, bucket
-from ._common import FLOAT_DTYPES, check_same_device, check_tensor, next_pow2, on_input_device, sm_count
+from ._common import (FLOAT_DTYPES, check_same_device, check_tensor, next_pow2, on_input_device, shared_memory_limits,
+                      sm_count)
 from ._gemm import ACTIVATIONS, Config
 
 _ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
@@ -140,9 +141,28 @@ def _split_k_config(m: int, n: int, k: int, dtype: torch.dtype, sms: int) -> Con
     return Config(bm, bn, bk, 8, 4, 4, kind="ptr", split_k=split)
 
 
+def _gemv_config(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Config:
+    """M <= 16, 16-bit inputs (GEMV, decode): the weight is streamed once, so bytes in flight
+    decide. 16x64 tiles, BLOCK_K 256 (or less where 4 stages would not fit the device's shared
+    memory per block), pointer loads (evict-first on the weight: ``_gemm.launch_ptr``), and
+    two K chunks (split-K) when that keeps the programs within the SM count. H200, 1x4096x4096
+    bf16: the autotuner's winner since session 4 (17.7-17.9 us); the TMA 16x128x64 tiles this
+    shape took before 29.3 us (benchmarks/NOTES.md, session 10)."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    limit = shared_memory_limits(device.index if device.index is not None else torch.cuda.current_device())[0] \
+        if device.type == "cuda" else None
+    bk = min(256, max(16, next_pow2(k)))
+    while limit is not None and bk > 64 and 4 * (16 * bk + bk * 64) * size + 4096 > limit:
+        bk //= 2
+    tiles = triton.cdiv(n, 64)
+    split = max(1, min(sm_count(device) // tiles, k // 2048))
+    return Config(16, 64, bk, 8, 4, 4, kind="ptr", split_k=split)
+
+
 def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, tma: bool) -> Config:
     """The documented default (ROOFKIT_AUTOTUNE=0, CPU, graph capture):
     - very few output tiles and K >= 8192: split-K (see ``_split_k_config``);
+    - M <= 16 with 16-bit inputs: ``_gemv_config``;
     - otherwise 128x256 tiles (BLOCK_K 64, 8 warps, 3 stages, persistent: best or within 1 % of
       the best on every llama3-8b shape, 8192^3 and 4095^3 in the H200 sweep of 2026-11-30) for
       16-bit inputs with M and N above 128, 128x128x32 for fp32 (the 3-stage ring within shared memory), a short side (<= 64)
@@ -151,6 +171,8 @@ def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.dev
     sk = _split_k_config(m, n, k, dtype, sm_count(device))
     if sk is not None:
         return sk
+    if m <= 16 and dtype != torch.float32:
+        return _gemv_config(n, k, dtype, device)
     kind = "tma" if tma else "ptr"
     bk = 32 if dtype == torch.float32 else 64
     bk = min(bk, max(16, next_pow2(k)))
@@ -537,8 +559,12 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
         Products accumulate in float32 (fp32 inputs use TF32 tensor cores only when
         torch.backends.cuda.matmul.allow_tf32 is True, else IEEE fp32). alpha, beta * c, bias and
         the activation are applied to the float32 accumulator; the single rounding point is the
-        final store in out_dtype (torch's eager epilogue rounds after each step). K = 0 gives
-        act(beta * c + bias), zero-filled without a kernel launch when c and bias are absent;
+        final store in out_dtype (torch's eager epilogue rounds after each step). The exact GELU
+        is evaluated as precisely as the output needs: on the Hopper ping-pong kernel x * Phi(x)
+        with Phi in a fitted logistic form, relative error <= 2.5e-4 for bfloat16 outputs and
+        1.5e-5 for float16 (at most a sixteenth and a thirtieth of the output's unit in the last
+        place; absolute <= 4.2e-7 where |GELU| < 1e-3), elsewhere an erfc fit with fractional
+        error < 1.2e-7. K = 0 gives act(beta * c + bias), zero-filled without a kernel launch when c and bias are absent;
         empty outputs launch nothing. Differentiable (first order) in input, other, c and bias:
         the backward recomputes the pre-activation in fp32 and runs two roofkit GEMMs.
     Cost:
