@@ -9,6 +9,7 @@
 # mmtests:   tests/ops/test_matmul.py on the GPU
 # bench:     roofkit bench matmul --suite acceptance (roofkit, torch)
 # edge:      ROOFKIT_AUTOTUNE=0 roofkit bench matmul --suite edge (the documented defaults: decode M = 16)
+# gemvgraph: roofkit bench matmul --suite acceptance --cases gemv_1x4096x4096, eager and --graph
 # clocks:    benchmarks/probe_epilogue_clocks.py (time, NVML SM clock, power and cycles per call)
 # ncu:       Nsight Compute on one launch of each of probe_epilogue_clocks.py's variants (after a
 #            warm-up launch each): speed of light, compute workload, warp states, cycles
@@ -27,6 +28,8 @@ for step in "$@"; do
     clocks) timeout 200 python3 benchmarks/probe_epilogue_clocks.py --json "$R/probe-epilogue-clocks.json" > "$R/probe-epilogue-clocks.txt" 2>&1; echo "rc=$?"; tail -6 "$R/probe-epilogue-clocks.txt" ;;
     ncu) timeout 300 ncu --clock-control none --kernel-name regex:_matmul_ws_kernel --launch-count 12 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,sm__cycles_elapsed.avg.per_second python3 benchmarks/probe_epilogue_clocks.py --once > "$R/ncu-epilogue.txt" 2>&1; echo "rc=$?"; grep -E "gpu__time_duration.sum|sm__cycles_elapsed.max|per_second|Compute \(SM\) Throughput|Issue Slots Busy|Executed Ipc Active" "$R/ncu-epilogue.txt" | tail -40 ;;
     edge) ROOFKIT_AUTOTUNE=0 timeout 200 python3 -m roofkit.cli bench matmul --suite edge --providers roofkit torch --out "$R/bench-edge-matmul" > "$R/bench-edge-matmul.txt" 2>&1; echo "rc=$?"; grep -E "roofkit|torch" "$R/bench-edge-matmul.txt" | grep -v "^GPU" | cut -c1-200 | head -12 ;;
+    gemvgraph) for g in "" "--graph"; do
+        timeout 150 python3 -m roofkit.cli bench matmul --suite acceptance --cases gemv_1x4096x4096 --providers roofkit torch $g --out "$R/bench-gemv$g" > "$R/bench-gemv$g.txt" 2>&1; echo "graph '$g' rc=$?"; grep -E "roofkit|torch" "$R/bench-gemv$g.txt" | grep -v "^GPU" | cut -c1-200 | head -4; done ;;
     *) echo "unknown step $step" ;;
   esac
   tar -C "$OUT" -czf "$OUT/run.tar.gz" run
