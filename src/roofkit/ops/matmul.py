@@ -146,8 +146,8 @@ def _gemv_config(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Co
     decide. 16x64 tiles, BLOCK_K 256 (or less where 4 stages would not fit the device's shared
     memory per block), pointer loads (evict-first on the weight: ``_gemm.launch_ptr``), and
     two K chunks (split-K) when that keeps the programs within the SM count. H200, 1x4096x4096
-    bf16: the autotuner's winner since session 4 (17.7-17.9 us); the TMA 16x128x64 tiles this
-    shape took before 29.3 us (benchmarks/NOTES.md, session 10)."""
+    bf16: what the autotuner picked in sessions 4 and 10, 17.6-17.7 us (cuBLAS 17.6-18.4); the
+    TMA 16x128x64 tiles this shape took before ran 29.3 us (benchmarks/NOTES.md, session 10)."""
     size = torch.tensor([], dtype=dtype).element_size()
     limit = shared_memory_limits(device.index if device.index is not None else torch.cuda.current_device())[0] \
         if device.type == "cuda" else None
