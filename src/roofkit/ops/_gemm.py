@@ -168,7 +168,6 @@ def _matmul_kernel(
     HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, PARTIAL: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, BF16_RNE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    B_EVICT: tl.constexpr,
 ):
     """Pointer form: one [BLOCK_M, BLOCK_N] tile per program along axis 0; axis 1 is the batch
     entry, or with PARTIAL the split-K slot: K chunk [slot * k_chunk, (slot + 1) * k_chunk), its
@@ -176,9 +175,7 @@ def _matmul_kernel(
     program that finishes a tile last (a per-tile counter at ``lock_ptr``, acq_rel) sums the
     slots in slot order, applies the epilogue, stores the tile and puts the counter back to 0.
     Offsets are int64; a_step / b_step (BLOCK_K times the K strides) come from the host, int64
-    when they must be. B_EVICT: the L2 eviction policy of b's loads ("evict_first" where each
-    element of b is read once: its lines are then the first victims of its own later misses,
-    not the dirty or reused lines already in L2)."""
+    when they must be."""
     pid = tl.program_id(0)
     bid = tl.program_id(1).to(tl.int64)
     tile_m, tile_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
@@ -206,7 +203,7 @@ def _matmul_kernel(
     for k0 in range(k_lo, k_hi, BLOCK_K):
         k_ok = rk < k_hi - k0
         a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0, eviction_policy=B_EVICT)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -369,8 +366,6 @@ def launch_ptr(cfg: Config, a3, b3, c3, bias, o3, alpha, beta, act: int):
     nb, m, k = a3.shape
     n = b3.shape[2]
     tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
-    # b is read once when one tile row covers M and no batch entry shares it
-    evict = "evict_first" if triton.cdiv(m, cfg.BLOCK_M) == 1 and (nb == 1 or b3.stride(0) != 0) else ""
     for b0 in range(0, nb, MAX_GRID_Y):
         b1 = min(nb, b0 + MAX_GRID_Y)
         ca, cb, co = a3[b0:b1], b3[b0:b1], o3[b0:b1]
@@ -382,7 +377,7 @@ def launch_ptr(cfg: Config, a3, b3, c3, bias, o3, alpha, beta, act: int):
             *ca.stride(), *cb.stride(), *cs, *co.stride(),
             HAS_C=c3 is not None, HAS_BIAS=bias is not None, ACTIVATION=act, PARTIAL=False,
             INPUT_PRECISION=input_precision(a3.dtype), BF16_RNE=bf16_rne(o3.dtype), UPCAST=upcast(a3.dtype),
-            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, B_EVICT=evict,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
@@ -422,6 +417,5 @@ def launch_split_k(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
         HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, PARTIAL=True,
         INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=bf16_rne(out.dtype), UPCAST=upcast(a.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
-        B_EVICT="evict_first" if triton.cdiv(m, cfg.BLOCK_M) == 1 else "",  # each K chunk of b is read once
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

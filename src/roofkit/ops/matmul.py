@@ -143,11 +143,13 @@ def _split_k_config(m: int, n: int, k: int, dtype: torch.dtype, sms: int) -> Con
 
 def _gemv_config(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Config:
     """M <= 16, 16-bit inputs (GEMV, decode): the weight is streamed once, so bytes in flight
-    decide. 16x64 tiles, BLOCK_K 256 (or less where 4 stages would not fit the device's shared
-    memory per block), pointer loads (evict-first on the weight: ``_gemm.launch_ptr``), and
-    two K chunks (split-K) when that keeps the programs within the SM count. H200, 1x4096x4096
-    bf16: what the autotuner picked in sessions 4 and 10, 17.6-17.7 us (cuBLAS 17.6-18.4); the
-    TMA 16x128x64 tiles this shape took before ran 29.3 us (benchmarks/NOTES.md, session 10)."""
+    decide. 16x64 pointer tiles, BLOCK_K 256 (halved while 4 stages of buffers would not fit the
+    device's shared memory per block: a conservative count, Triton's build needs less), and
+    min(SMs // tiles, K // 2048) K chunks (split-K) when that is 2 or more. H200, 1x4096x4096
+    bf16 (64 tiles, 2 chunks): session 4's tuned pick; session 10's tuner took 16x64x256
+    without split-K (run 4) and 16x64x128 with 2 chunks (run 6), all 17.6-17.7 us (cuBLAS
+    17.6-18.4). The TMA 16x128x64 tiles this shape took before ran 29.3 us
+    (benchmarks/NOTES.md, session 10)."""
     size = torch.tensor([], dtype=dtype).element_size()
     limit = shared_memory_limits(device.index if device.index is not None else torch.cuda.current_device())[0] \
         if device.type == "cuda" else None
@@ -167,7 +169,8 @@ def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.dev
       the best on every llama3-8b shape, 8192^3 and 4095^3 in the H200 sweep of 2026-11-30) for
       16-bit inputs with M and N above 128, 128x128x32 for fp32 (the 3-stage ring within shared memory), a short side (<= 64)
       getting an edge of next_pow2(side) (>= 16, tl.dot's minimum) and 4 warps;
-    - descriptor (TMA) loads on Hopper and newer for 2-D problems, pointer loads otherwise."""
+    - descriptor (TMA) loads on Hopper and newer for 2-D problems (but M <= 16 above), pointer
+      loads otherwise."""
     sk = _split_k_config(m, n, k, dtype, sm_count(device))
     if sk is not None:
         return sk
@@ -561,11 +564,12 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
         the activation are applied to the float32 accumulator; the single rounding point is the
         final store in out_dtype (torch's eager epilogue rounds after each step). The exact GELU
         is evaluated as precisely as the output needs: on the Hopper ping-pong kernel x * Phi(x)
-        with Phi in a fitted logistic form, relative error <= 2.5e-4 for bfloat16 outputs and
-        1.5e-5 for float16 (at most a sixteenth and a thirtieth of the output's unit in the last
-        place; absolute <= 4.2e-7 where |GELU| < 1e-3), elsewhere an erfc fit with fractional
-        error < 1.2e-7. K = 0 gives act(beta * c + bias), zero-filled without a kernel launch when c and bias are absent;
-        empty outputs launch nothing. Differentiable (first order) in input, other, c and bias:
+        with Phi in a fitted logistic form, relative error <= 2.53e-4 for bfloat16 outputs and
+        1.54e-5 for float16 where |GELU| > 1e-3 (about a fifteenth and a thirtieth of the
+        output's unit in the last place); below that only the absolute error is bounded, 4.3e-7
+        and 2.8e-8. Elsewhere an erfc fit (fractional error < 1.2e-7, about 2e-6 relative as
+        evaluated in float32). K = 0 gives act(beta * c + bias), zero-filled without a kernel
+        launch when c and bias are absent; empty outputs launch nothing. Differentiable (first order) in input, other, c and bias:
         the backward recomputes the pre-activation in fp32 and runs two roofkit GEMMs.
     Cost:
         2*M*N*K FLOP per batch entry; reads A, B, bias and c once and writes the output once in
