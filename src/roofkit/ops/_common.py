@@ -138,6 +138,11 @@ def _sm_count(device_type: str, index: int | None) -> int:
     return os.cpu_count() or 1
 
 
+def device_index(device: torch.device) -> int:
+    """The CUDA device index of ``device`` (the current device when it names none)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors of ``device`` (read from the device); CPU cores on CPU."""
     return _sm_count(device.type, device.index if device.type == "cuda" else None)

@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._common import interpreter_active, registers_per_sm, shared_memory_limits, sm_count
+from ._common import device_index, interpreter_active, registers_per_sm, shared_memory_limits, sm_count
 
 # TMA copies under the names Triton 3.9 keeps (async_load / async_store); 3.6 has only the older
 # names (same arguments), which 3.9 turned into errors.
@@ -444,7 +444,7 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
 
     m, k = a.shape
     n = b.shape[1]
-    idx = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    idx = device_index(a.device)
     stages = ring_slots(cfg, a.element_size(), out.element_size(), shared_memory_limits(idx)[0])
     tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
     grid = min(tiles, sm_count(a.device))

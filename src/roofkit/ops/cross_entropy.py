@@ -42,7 +42,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
-from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, copy_to_host_async, device_index,
                       interpreter_active, needs_int64, next_pow2, on_input_device, registers_per_sm,
                       shared_memory_limits, sm_count)
 from ._jit import _round_for_store
@@ -222,7 +222,7 @@ def _smem_plan(x: torch.Tensor, write_grad: bool, has_weight: bool) -> SmemPlan 
     vec = _ce_smem.VEC
     if c <= ONE_PASS_MAX_N or c % vec or x.stride(1) != 1 or x.stride(0) % vec or x.data_ptr() % 16:
         return None
-    idx = _device_index(x.device)
+    idx = device_index(x.device)
     if torch.cuda.get_device_capability(idx) < (8, 0):
         return None
     if m < GRAD_SPLIT_MAX_ROWS_PER_SM * sm_count(x.device):
@@ -234,10 +234,6 @@ def _smem_plan(x: torch.Tensor, write_grad: bool, has_weight: bool) -> SmemPlan 
     if nr < 1 or (nch - nr) * _ce_smem.CH > SMEM_MAX_TAIL_FRAC * c:
         return None
     return SmemPlan(nr, nch - nr)
-
-
-def _device_index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _smem_grouping(nr: int) -> tuple[int, int]:
@@ -271,7 +267,7 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
               # No FP contraction: the kernel's rescales rely on every x * LOG2E being rounded
               # alike (an FMA-fused one made alpha != 1 for an unchanged maximum; hostile review).
               enable_fp_fusion=False)
-    idx = _device_index(device)
+    idx = device_index(device)
     key = (tuple(sorted(kw.items())), args[0].dtype, args[3].dtype, idx)
     if key in _SMEM_FAILED:
         return False

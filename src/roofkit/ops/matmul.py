@@ -35,8 +35,8 @@ from ..harness.roofline import gemm_waves
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from . import _autotune, _gemm
 from ._autotune import Tuner, bucket
-from ._common import (FLOAT_DTYPES, check_same_device, check_tensor, next_pow2, on_input_device, shared_memory_limits,
-                      sm_count)
+from ._common import (FLOAT_DTYPES, check_same_device, check_tensor, device_index, next_pow2, on_input_device,
+                      shared_memory_limits, sm_count)
 from ._gemm import ACTIVATIONS, Config
 
 _ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
@@ -150,11 +150,9 @@ def _gemv_config(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Co
     without split-K (run 4) and 16x64x128 with 2 chunks (run 6), all 17.6-17.7 us (cuBLAS
     17.6-18.4). The TMA 16x128x64 tiles this shape took before ran 29.3 us
     (benchmarks/NOTES.md, session 10)."""
-    size = torch.tensor([], dtype=dtype).element_size()
-    limit = shared_memory_limits(device.index if device.index is not None else torch.cuda.current_device())[0] \
-        if device.type == "cuda" else None
+    limit = shared_memory_limits(device_index(device))[0] if device.type == "cuda" else None
     bk = min(256, max(16, next_pow2(k)))
-    while limit is not None and bk > 64 and 4 * (16 * bk + bk * 64) * size + 4096 > limit:
+    while limit is not None and bk > 64 and 4 * (16 * bk + bk * 64) * dtype.itemsize + 4096 > limit:
         bk //= 2
     tiles = triton.cdiv(n, 64)
     split = max(1, min(sm_count(device) // tiles, k // 2048))
@@ -569,8 +567,9 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
         output's unit in the last place); below that only the absolute error is bounded, 4.3e-7
         and 2.8e-8. Elsewhere an erfc fit (fractional error < 1.2e-7, about 2e-6 relative as
         evaluated in float32). K = 0 gives act(beta * c + bias), zero-filled without a kernel
-        launch when c and bias are absent; empty outputs launch nothing. Differentiable (first order) in input, other, c and bias:
-        the backward recomputes the pre-activation in fp32 and runs two roofkit GEMMs.
+        launch when c and bias are absent; empty outputs launch nothing. Differentiable (first
+        order) in input, other, c and bias: the backward recomputes the pre-activation in fp32
+        and runs two roofkit GEMMs.
     Cost:
         2*M*N*K FLOP per batch entry; reads A, B, bias and c once and writes the output once in
         the ideal case (each A row-panel is re-read per tile column, mostly from L2).

@@ -48,7 +48,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .._common import interpreter_active, registers_per_sm, shared_memory_limits, sm_count
+from .._common import device_index, interpreter_active, registers_per_sm, shared_memory_limits, sm_count
 from .._gemm_ws import _tile_coords, _tma_load, _tma_store, register_split
 
 BLOCK_M = 128  # two consumers x 64 rows
@@ -249,7 +249,7 @@ def launch(a, b, scale_a, scale_b, s_sa: int, s_sb: int, bias, out, precise: boo
         return False
     m, k = a.shape
     n = b.shape[1]
-    idx = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    idx = device_index(a.device)
     stages = ring_slots(shared_memory_limits(idx)[0], out.element_size())
     launch_regs, consumer_regs, producer_regs = register_split(registers_per_sm(idx))
     kw = dict(HAS_BIAS=bias is not None, PRECISE=bool(precise), GROUP_M=GROUP_M, STAGES=stages,
