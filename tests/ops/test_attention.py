@@ -157,6 +157,55 @@ def test_attention_single_key_gradients(device):
     torch.testing.assert_close(dv, dy.sum(dim=2, keepdim=True), rtol=1e-5, atol=1e-5)
 
 
+def _exact_large_logit_qkv(sq, sk, d, device, seed, shift=128.0):
+    """fp32 q, k whose scores are exact in fp32 in any summation order (entries are multiples of
+    1/2 in [-2, 2]: every partial sum is a multiple of 1/4 far below 2^24) and share the offset
+    shift^2 (a first component equal to ``shift`` in every q and k): softmax ignores the offset,
+    while the base-2 lse is ~4200, whose fp32 rounding is up to 2.4e-4."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(-4, 5, (1, 2, sq, d), generator=g).float() / 2
+    k = torch.randint(-4, 5, (1, 2, sk, d), generator=g).float() / 2
+    q[..., 0] = shift
+    k[..., 0] = shift
+    v = torch.randn((1, 2, sk, d), generator=g)
+    return [t.to(device).requires_grad_(True) for t in (q, k, v)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_attention_backward_probabilities_sum_to_one_at_large_logits(device, causal, seed):
+    # Every row of the backward's recomputed P = 2^(s * scale - lse) must sum to one, so the
+    # columns of dV = P^T dO sum to the columns of dO. With scores exact, what can break it is
+    # the lse: stored as one fp32 number (~4200 in base 2 here) it is off by up to 2.4e-4 in the
+    # exponent, a row-wide relative error of up to 1.7e-4 in P (measured: sums off by 5-7e-5);
+    # the kernels keep it as hi + lo and the sums hold to ~6e-8 (threshold 1e-6: 16x each side).
+    sq, sk, d = 24, 40, 32
+    q, k, v = _exact_large_logit_qkv(sq, sk, d, device, seed)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    assert lse.min() > 2800  # the shared offset's weight, natural log: the case is what it says
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 100)).to(device)
+    (dv,) = torch.autograd.grad(out, (v,), do)
+    # causal (bottom-right, Sk > Sq): every query row sees at least Sk - Sq + 1 keys.
+    want = do.double().sum(dim=2)
+    got = dv.double().sum(dim=2)
+    rel = ((got - want).abs() / do.double().abs().sum(dim=2)).max().item()
+    assert rel < 1e-6, rel
+
+
+def test_attention_interpreter_dots_do_not_depend_on_the_blas_kernel(device):
+    # Under the interpreter the kernels' dots run in float64 (UPCAST) and round once, so the CPU
+    # verdicts do not depend on which sgemm kernel OpenBLAS picks for the processor: the scores
+    # of a fp32 case equal the correctly rounded float64 products.
+    if device.type != "cpu":
+        pytest.skip("interpreter-only property")
+    assert L._flags(torch.empty(1), 32, 32)["UPCAST"]
+    q, k, v = _qkv(1, 1, 1, 1, 3, 32, device, seed=5)
+    v = torch.eye(3, 32).reshape(1, 1, 3, 32)  # out[:3] = P: the probabilities themselves
+    out, lse = flash_attention(q, k, v, return_lse=True)
+    s = (q.double() @ k.double().transpose(-1, -2)).float().double() / math.sqrt(32)
+    torch.testing.assert_close(out[..., :3].double(), torch.softmax(s, -1), rtol=2e-6, atol=0)
+
+
 def test_flash_attention_lse_gradient_flows(device):
     # A loss on lse alone and on (out, lse) together: gradients against the float64 reference.
     q, k, v = _qkv(1, 4, 2, 19, 23, 32, device, grad=True, seed=3)

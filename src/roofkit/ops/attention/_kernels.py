@@ -11,13 +11,30 @@ from .._jit import _round_for_store
 @triton.jit
 def _mma(a, b, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     """a @ b with fp32 accumulation. IEEE: exact fp32 products for fp32 inputs (not tf32).
-    UPCAST: bf16 operands converted to fp32 first (the interpreter cannot multiply bf16)."""
+    UPCAST (the host sets it under the Triton interpreter only): the operands are converted to
+    float64 and the product rounded to fp32 once. The interpreter cannot multiply bf16, and its
+    float32 product is numpy's sgemm, whose summation order, so rounding, depends on the
+    processor's BLAS kernel (2x larger score errors with OpenBLAS's Haswell / Zen kernels than
+    with its SkylakeX kernel): the CPU verdicts must not."""
     if UPCAST:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
+        return tl.dot(a.to(tl.float64), b.to(tl.float64), input_precision="ieee").to(tl.float32)
     if IEEE:
         return tl.dot(a, b, input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def _lse_hi_lo(m, l, dead):
+    """The base-2 lse m + log2(l) as an unevaluated sum hi + lo (TwoSum, exact): hi is the fp32
+    lse, lo what its rounding dropped. One fp32 number of magnitude |m| is off by up to
+    |m| * 2^-25, which the backward's P = 2^(s * scale - lse) would carry as a relative error of
+    every P in the row (for logits of std 30, 10x torch's own); hi and lo together keep the lse
+    to a few ulps of log2(l). Rows that saw no key: (-inf, 0)."""
+    ll = tl.math.log2(tl.where(dead, 1.0, l))
+    hi = m + ll
+    bb = hi - m
+    lo = (m - (hi - bb)) + (ll - bb)
+    return tl.where(dead, -float("inf"), hi), tl.where(dead, 0.0, lo)
 
 
 @triton.jit
@@ -82,7 +99,7 @@ def _attn_fwd_inner(
 
 @triton.jit
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, o32_ptr, k_desc, v_desc,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, k_desc, v_desc,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -137,18 +154,19 @@ def _attn_fwd_kernel(
     dead = l_i == 0.0
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]
-    lse2 = tl.where(dead, -float("inf"), m_i + tl.math.log2(l_safe))
+    lse_hi, lse_lo = _lse_hi_lo(m_i, l_i, dead)
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
              _round_for_store(out, o_ptr, BF16_RNE), mask=io_mask)
     rows = pid_bh.to(tl.int64) * Sq + offs_m
-    tl.store(lse_ptr + rows, lse2, mask=offs_m < Sq)
+    tl.store(lse_ptr + rows, lse_hi, mask=offs_m < Sq)
+    tl.store(lse_lo_ptr + rows, lse_lo, mask=offs_m < Sq)
     if STORE_O32:
         tl.store(o32_ptr + rows[:, None] * D + offs_d[None, :], out, mask=io_mask)
 
 
 @triton.jit
 def _attn_decode_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, o32_ptr, po_ptr, plse_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, po_ptr, plse_ptr, plse_lo_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -207,49 +225,53 @@ def _attn_decode_kernel(
     dead = l_i == 0.0
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]
-    lse2 = tl.where(dead, -float("inf"), m_i + tl.math.log2(l_safe))
+    lse_hi, lse_lo = _lse_hi_lo(m_i, l_i, dead)
     row = (b * Hkv * G + h) * Sq + qi  # (batch, query head, query) row index
     if FINAL:
         tl.store(o_ptr + b * stride_ob + h[:, None] * stride_oh + qi[:, None] * stride_om + offs_d[None, :] * stride_od,
                  _round_for_store(out, o_ptr, BF16_RNE), mask=io_mask)
-        tl.store(lse_ptr + row, lse2, mask=row_ok)
+        tl.store(lse_ptr + row, lse_hi, mask=row_ok)
+        tl.store(lse_lo_ptr + row, lse_lo, mask=row_ok)
         if STORE_O32:
             tl.store(o32_ptr + row[:, None] * D + offs_d[None, :], out, mask=io_mask)
     else:
         part = row * SPLITS + split
         tl.store(po_ptr + part[:, None] * D + offs_d[None, :], out, mask=io_mask)
-        tl.store(plse_ptr + part, lse2, mask=row_ok)
+        tl.store(plse_ptr + part, lse_hi, mask=row_ok)
+        tl.store(plse_lo_ptr + part, lse_lo, mask=row_ok)
 
 
 @triton.jit
 def _attn_decode_combine_kernel(
-    po_ptr, plse_ptr, o_ptr, lse_ptr, o32_ptr,
+    po_ptr, plse_ptr, plse_lo_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr,
     stride_ob, stride_oh, stride_om, stride_od,
     Hq, Sq, D, SPLITS,
     BF16_RNE: tl.constexpr, STORE_O32: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Merge the SPLITS partial (output, lse) of one query row: weights 2^(lse_s - max); a row
-    no chunk saw keeps output 0 and lse -inf. Tile [BLOCK_S, BLOCK_D]."""
+    """Merge the SPLITS partial (output, lse hi + lo) of one query row: weights
+    2^(hi_s - max + lo_s); a row no chunk saw keeps output 0 and lse -inf. Tile [BLOCK_S, BLOCK_D]."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
     lse_s = tl.load(plse_ptr + row * SPLITS + s, mask=s < SPLITS, other=-float("inf"))
+    lo_s = tl.load(plse_lo_ptr + row * SPLITS + s, mask=s < SPLITS, other=0.0)
     m = tl.max(lse_s, axis=0)
     m_use = tl.where(m == -float("inf"), 0.0, m)
-    w = tl.math.exp2(lse_s - m_use)
+    w = tl.math.exp2((lse_s - m_use) + lo_s)
     part = tl.load(po_ptr + (row * SPLITS + s)[:, None] * D + offs_d[None, :],
                    mask=(s[:, None] < SPLITS) & (offs_d[None, :] < D), other=0.0)
     total = tl.sum(w, axis=0)
     dead = total == 0.0
     t_safe = tl.where(dead, 1.0, total)
     out = tl.sum(part * w[:, None], axis=0) / t_safe
-    lse2 = tl.where(dead, -float("inf"), m_use + tl.math.log2(t_safe))
+    lse_hi, lse_lo = _lse_hi_lo(m_use, total, dead)
     b = row // (Hq * Sq)
     h = (row // Sq) % Hq
     qi = row % Sq
     tl.store(o_ptr + b * stride_ob + h * stride_oh + qi * stride_om + offs_d * stride_od,
              _round_for_store(out, o_ptr, BF16_RNE), mask=offs_d < D)
-    tl.store(lse_ptr + row, lse2)
+    tl.store(lse_ptr + row, lse_hi)
+    tl.store(lse_lo_ptr + row, lse_lo)
     if STORE_O32:
         tl.store(o32_ptr + row * D + offs_d, out, mask=offs_d < D)
 
@@ -284,7 +306,7 @@ def _attn_bwd_preprocess_kernel(
 
 @triton.jit
 def _attn_bwd_dkdv_inner(
-    dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, delta_base,
+    dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base, delta_base,
     stride_qm, stride_qd, stride_dom, stride_dod,
     lo, hi, Sq, Sk, D, diag, sm_scale, qk_scale,
     MASK: tl.constexpr, MASK_KEYS: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr,
@@ -306,9 +328,10 @@ def _attn_bwd_dkdv_inner(
         # Rows past Sq and rows that saw no key (lse -inf) get lse +inf: their P is exactly 0.
         lse2 = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         lse2 = tl.where(lse2 == -float("inf"), float("inf"), lse2)
+        lse_lo = tl.load(lse_lo_base + offs_m, mask=row_ok, other=0.0)
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
         s_t = _mma(k, tl.trans(q), IEEE, UPCAST) * qk_scale
-        p_t = tl.math.exp2(s_t - lse2[None, :])
+        p_t = tl.math.exp2((s_t - lse2[None, :]) - lse_lo[None, :])
         if MASK:
             p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + diag, p_t, 0.0)
         if MASK_KEYS:
@@ -326,7 +349,7 @@ def _attn_bwd_dkdv_inner(
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, lse_lo_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -369,14 +392,15 @@ def _attn_bwd_dkdv_kernel(
         do_base = do_ptr + b * stride_dob + h * stride_doh
         dq_base = dq_ptr + bh * Sq * D
         lse_base = lse_ptr + bh * Sq
+        lse_lo_base = lse_lo_ptr + bh * Sq
         delta_base = delta_ptr + bh * Sq
         if IS_CAUSAL:
-            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, delta_base,
-                                          stride_qm, stride_qd, stride_dom, stride_dod,
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
+                                          delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                           start_m, m_full, Sq, Sk, D, diag, sm_scale, qk_scale,
                                           True, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, BLOCK_M, BLOCK_D)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, delta_base,
-                                      stride_qm, stride_qd, stride_dom, stride_dod,
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
+                                      delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                       m_full, Sq, Sq, Sk, D, diag, sm_scale, qk_scale,
                                       False, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, BLOCK_M, BLOCK_D)
     dk = dk * sm_scale
@@ -387,7 +411,7 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_inner(
-    dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
     offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
     MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -401,7 +425,7 @@ def _attn_bwd_dq_inner(
         k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
         s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
-        p = tl.math.exp2(s - lse2[:, None])
+        p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
         if MASK:
             ok = offs_n[None, :] < Sk
             if IS_CAUSAL:
@@ -415,7 +439,7 @@ def _attn_bwd_dq_inner(
 
 @triton.jit
 def _attn_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, lse_lo_ptr, delta_ptr, dq_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -445,6 +469,7 @@ def _attn_bwd_dq_kernel(
     rows = pid_bh.to(tl.int64) * Sq + offs_m
     lse2 = tl.load(lse_ptr + rows, mask=row_ok, other=float("inf"))
     lse2 = tl.where(lse2 == -float("inf"), float("inf"), lse2)
+    lse_lo = tl.load(lse_lo_ptr + rows, mask=row_ok, other=0.0)
     delta = tl.load(delta_ptr + rows, mask=row_ok, other=0.0)
     k_base = k_ptr + b * stride_kb + hk * stride_kh
     v_base = v_ptr + b * stride_vb + hk * stride_vh
@@ -456,10 +481,10 @@ def _attn_bwd_dq_kernel(
         hi = Sk
         n_full = (Sk // BLOCK_N) * BLOCK_N
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                             offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
                             False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                             offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
                             True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
     dq = dq * sm_scale

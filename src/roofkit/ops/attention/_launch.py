@@ -120,7 +120,7 @@ def _flags(q: torch.Tensor, d: int, d_pad: int) -> dict:
     return dict(
         EVEN_D=d == d_pad,
         IEEE=q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and interpreter_active()),
-        UPCAST=q.dtype == torch.bfloat16 and interpreter_active(),
+        UPCAST=interpreter_active(),
     )
 
 
@@ -144,18 +144,21 @@ def _head_dim_pad(d: int) -> int:
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, keep_fp32: bool):
-    """(out [B, Hq, Sq, D] in q's dtype, base-2 lse [B, Hq, Sq] fp32, fp32 out or an empty
-    tensor): the fp32 copy of the output (``keep_fp32``) lets the backward form delta =
+    """(out [B, Hq, Sq, D] in q's dtype, base-2 lse [2, B, Hq, Sq] fp32 as hi (the rounded lse)
+    and lo (what hi's rounding dropped; ``_kernels._lse_hi_lo``), fp32 out or an empty tensor): the fp32 copy of the output (``keep_fp32``) lets the backward form delta =
     rowsum(dO * O) from the unrounded O. Empty inputs launch nothing."""
     B, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     out = torch.empty((B, hq, sq, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, hq, sq), dtype=torch.float32, device=q.device)
+    lse = torch.empty((2, B, hq, sq), dtype=torch.float32, device=q.device)
+    lse_hi, lse_lo = lse[0], lse[1]
     o32 = torch.empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32, device=q.device)
     if out.numel() == 0:
         return out, lse, o32
     if sk == 0:  # no key at all: every row sees nothing
-        return out.zero_(), lse.fill_(-math.inf), o32.zero_()
+        lse_hi.fill_(-math.inf)
+        lse_lo.zero_()
+        return out.zero_(), lse, o32.zero_()
     g = hq // hkv
     d_pad = _head_dim_pad(d)
     qk_scale = scale * LOG2E
@@ -166,18 +169,18 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         splits, chunk = _decode_splits(B * hkv, sk, cfg.BLOCK_N, q.device)
         if splits > 1:
             po = torch.empty((B * hq * sq, splits, d), dtype=torch.float32, device=q.device)
-            plse = torch.empty((B * hq * sq, splits), dtype=torch.float32, device=q.device)
+            plse = torch.empty((2, B * hq * sq, splits), dtype=torch.float32, device=q.device)
         else:
-            po = plse = lse  # unused
+            po, plse = lse_hi, lse  # unused
         _attn_decode_kernel[(B * hkv, splits)](
-            q, k, v, out, lse, o32, po, plse, *strides, hkv, g, sq, sk, d, qk_scale, chunk, splits,
+            q, k, v, out, lse_hi, lse_lo, o32, po, plse[0], plse[1], *strides, hkv, g, sq, sk, d, qk_scale, chunk, splits,
             IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O32=keep_fp32,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
         )
         if splits > 1:
             _attn_decode_combine_kernel[(B * hq * sq,)](
-                po, plse, out, lse, o32, *out.stride(), hq, sq, d, splits,
+                po, plse[0], plse[1], out, lse_hi, lse_lo, o32, *out.stride(), hq, sq, d, splits,
                 BF16_RNE=bf16_rne(q.dtype), STORE_O32=keep_fp32, BLOCK_S=next_pow2(splits), BLOCK_D=d_pad,
                 num_warps=4,
             )
@@ -187,7 +190,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     grid = (B * hq, triton.cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
     _attn_fwd_kernel[grid](
-        q, k, v, out, lse, o32, *(descs or (k, v)), *strides, hq, g, sq, sk, d, qk_scale,
+        q, k, v, out, lse_hi, lse_lo, o32, *(descs or (k, v)), *strides, hq, g, sq, sk, d, qk_scale,
         IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32, DESC=descs is not None,
         FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
@@ -198,7 +201,8 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
 
 def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, deterministic: bool):
     """(dq, dk, dv) in the input dtype, shaped like q, k, v. ``out``: the forward output (fp32
-    when kept), ``lse``: base-2, ``dlse``: gradient of the base-2 lse or None."""
+    when kept), ``lse``: base-2 hi and lo as ``_forward`` returns it, ``dlse``: its gradient or
+    None (hi's is the lse's: the public functions read hi alone)."""
     B, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     if q.numel() == 0 or k.numel() == 0:
@@ -211,7 +215,7 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
     pre_m = 64 if not interpreter_active() else 16
     has_dlse = dlse is not None
     _attn_bwd_preprocess_kernel[(B * hq, triton.cdiv(sq, pre_m))](
-        out, do, dlse.contiguous() if has_dlse else lse, delta, *out.stride(), *do.stride(), hq, sq, d,
+        out, do, dlse[0].contiguous() if has_dlse else lse[0], delta, *out.stride(), *do.stride(), hq, sq, d,
         HAS_DLSE=has_dlse, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
     )
     kv_cfg, q_cfg = _bwd_config(d_pad, q.dtype)
@@ -225,7 +229,7 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
         dq_acc = torch.zeros((B, hq, sq, d), dtype=torch.float32, device=q.device)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     _attn_bwd_dkdv_kernel[(B * hkv, triton.cdiv(sk, kv_cfg.BLOCK_N))](
-        q, k, v, do, lse, delta, dk, dv, dq_acc, *common, *dk.stride(),
+        q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, *common, *dk.stride(),
         hkv, g, sq, sk, d, scale, scale * LOG2E,
         IS_CAUSAL=causal, ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne,
         BLOCK_M=kv_cfg.BLOCK_M, BLOCK_N=kv_cfg.BLOCK_N, BLOCK_D=d_pad,
@@ -233,7 +237,7 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
     )
     if deterministic:
         _attn_bwd_dq_kernel[(B * hq, triton.cdiv(sq, q_cfg.BLOCK_M))](
-            q, k, v, do, lse, delta, dq, *common, *dq.stride(),
+            q, k, v, do, lse[0], lse[1], delta, dq, *common, *dq.stride(),
             hq, g, sq, sk, d, scale, scale * LOG2E,
             IS_CAUSAL=causal, BF16_RNE=rne,
             BLOCK_M=q_cfg.BLOCK_M, BLOCK_N=q_cfg.BLOCK_N, BLOCK_D=d_pad,

@@ -22,14 +22,15 @@ MAX_HEAD_DIM = 256
 @on_input_device
 def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                       deterministic: bool, keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, base-2 lse, fp32 out or empty); ``deterministic`` only selects the backward."""
+    """(out, base-2 lse as [2, B, Hq, Sq] hi and lo, fp32 out or empty); ``deterministic`` only
+    selects the backward."""
     return _forward(q, k, v, causal, scale, keep_fp32)
 
 
 @_attention_fwd_op.register_fake
 def _(q, k, v, causal, scale, deterministic, keep_fp32):
     B, hq, sq, d = q.shape
-    return (q.new_empty((B, hq, sq, d)), q.new_empty((B, hq, sq), dtype=torch.float32),
+    return (q.new_empty((B, hq, sq, d)), q.new_empty((2, B, hq, sq), dtype=torch.float32),
             q.new_empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32))
 
 
@@ -202,4 +203,4 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     out, lse2, _ = _attention_fwd_op(q, k, v, _flag(op, "causal", causal), s,
                                      _flag(op, "deterministic", deterministic) or torch.are_deterministic_algorithms_enabled(),
                                      _keep_fp32(q, k, v))
-    return (out, lse2 * _LN2) if _flag(op, "return_lse", return_lse) else out
+    return (out, lse2[0] * _LN2) if _flag(op, "return_lse", return_lse) else out
