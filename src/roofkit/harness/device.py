@@ -2,15 +2,15 @@
 
 ``measure_ceilings`` measures this GPU (copy and read bandwidth, matrix throughput per dtype
 through large GEMMs in PyTorch); ``load_ceilings`` reads the cache keyed by (GPU, driver, torch
-version) or measures. ``DATASHEET`` holds vendors' dense figures, shown beside the measurement,
-never instead of it.
+version) or measures. A cache file that is damaged, of the wrong shape or measured elsewhere is
+ignored with one warning and measured anew (``harness.cache``: written atomically, under a lock).
+``DATASHEET`` holds vendors' dense figures, shown beside the measurement, never instead of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import os
 import platform
 import re
@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from . import cache
 
 # Vendor datasheet figures, dense (no sparsity). Units in the names. None: not offered.
 DATASHEET: dict[str, dict[str, float | None]] = {
@@ -262,15 +264,57 @@ def measure_ceilings(device: torch.device | str | None = None, *, gemm_n: int = 
     )
 
 
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# Ceilings field -> check of its JSON value.
+_CEILING_FIELDS = {
+    "gpu": lambda v: isinstance(v, str), "driver": lambda v: isinstance(v, str), "torch": lambda v: isinstance(v, str),
+    "copy_gbps": _is_real, "read_gbps": _is_real,
+    "matmul_tflops": lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_real(x) for k, x in v.items()),
+    "l2_bytes": lambda v: isinstance(v, int), "sm_count": lambda v: isinstance(v, int),
+    "measured_at": lambda v: isinstance(v, str), "method": lambda v: isinstance(v, str),
+    "extra": lambda v: isinstance(v, dict),
+}
+
+
+def _check_ceilings(info: DeviceInfo) -> cache.Clean:
+    """A ceilings file holds one ``Ceilings`` (every field, of its type), measured on this GPU and
+    driver under this torch (the file name says so; a copied or renamed file may not)."""
+
+    def clean(data):
+        if not isinstance(data, dict):
+            return None, f"expected a JSON object of measured ceilings, found a JSON {type(data).__name__}"
+        required = {f.name for f in dataclasses.fields(Ceilings)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        mistyped = {k for k, ok in _CEILING_FIELDS.items() if k in data and not ok(data[k])}
+        wrong = sorted((set(data) - set(_CEILING_FIELDS)) | (required - set(data)) | mistyped)
+        if wrong:
+            return None, f"missing, unknown or mistyped fields: {', '.join(wrong)}"
+        here = (info.name, info.driver, torch.__version__)
+        if (data["gpu"], data["driver"], data["torch"]) != here:
+            return None, f"measured on {data['gpu']} (driver {data['driver']}, torch {data['torch']}), not on {here[0]} (driver {here[1]}, torch {here[2]})"
+        return Ceilings(**data), None
+
+    return clean
+
+
 def load_ceilings(device: torch.device | str | None = None, *, measure: bool = True, refresh: bool = False) -> Ceilings | None:
-    """Cached ceilings of this GPU; measured (and cached) when missing and ``measure`` is set."""
+    """Cached ceilings of this GPU; measured (and cached) when missing, unusable or ``refresh``
+    is set, and ``measure`` is set. A directory that cannot be written costs a measurement in the
+    next process."""
     info = device_info(device)
     path = _cache_path(info)
-    if path.exists() and not refresh:
-        return Ceilings(**json.loads(path.read_text()))
+    check = _check_ceilings(info)
+    if not refresh:
+        cached, problem = cache.read(path, check)
+        if problem:
+            cache.warn_once(path, problem)
+        if cached is not None:
+            return cached
     if not measure:
         return None
     c = measure_ceilings(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dataclasses.asdict(c), indent=2))
+    cache.update(path, lambda current: dataclasses.asdict(c), check, indent=2)
     return c

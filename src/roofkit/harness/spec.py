@@ -138,6 +138,8 @@ class OpSpec:
         describe: optional ``(case, dtype, device) -> str`` called by ``roofkit bench`` after
             roofkit's run of a case (e.g. the launch configuration chosen and its waves); shown
             in the table's notes column and stored with the record.
+        tuners: the op's autotuners (``ops._autotune.Tuner``): ``roofkit tune`` runs the op on
+            every case of a suite with tuning on, filling their caches. Empty: nothing to tune.
     """
 
     name: str
@@ -158,6 +160,7 @@ class OpSpec:
     matrix: bool = False
     marker: str | None = None
     describe: Callable[[Case, torch.dtype, torch.device], str] | None = None
+    tuners: tuple = ()
 
     def case(self, name: str) -> Case:
         for c in self.cases:

@@ -1,23 +1,40 @@
-"""Verified autotuning with an on-disk cache, for kernels with a few launch configurations.
+"""Verified autotuning into an on-disk cache, for kernels with a few launch configurations.
 
-    cfg = tuner.choose(key, candidates, default, run, reference, device)
+    cfg = tuner.choose(key, candidates, default, run, reference, device, dtype)
 
-A configuration is used only after its output passed verification once: on a cache miss every
-candidate is run on the caller's own inputs, its output compared with ``reference()`` (a trusted
-result: roofkit's default configuration checked against torch, or torch itself) by relative L2
-error, and only the candidates that pass are timed (``harness.timing``: cold L2, device time). The
-fastest verified one is kept in memory and in a JSON file under
-``$ROOFKIT_CACHE_DIR/autotune/`` (default ``~/.cache/roofkit``), one file per (GPU name,
-compute capability, driver, triton, roofkit) — the metadata is also written into every entry.
+Configuration is decided before a user's call, not in it: tuning is an explicit step (``roofkit
+tune``, which runs ``tuning()`` over an op's benchmark suite), and an ordinary call only looks its
+key up. What ``choose`` returns, by ``ROOFKIT_AUTOTUNE``:
+
+- unset (the default): the tuned configuration cached for this key, else ``default`` (the
+  caller's documented heuristic). Nothing is run or timed in the call;
+- ``1``: the same, but a key missing from the cache is tuned now, inside the call (the first call
+  of each new shape then takes seconds: for those who want tuning without a separate step);
+- ``0``: ``default``, the cache not even read.
+
+Inside ``tuning()`` a missing key is tuned whatever the variable says. CPU tensors (the
+interpreter) always get ``default``. During CUDA-graph capture or a torch.compile trace nothing is
+tuned, but the cache is still read, so a captured call launches what an eager one does.
+
+Tuning a key: every candidate is run on the caller's own inputs, its output compared with
+``reference()`` (a trusted result: roofkit's default configuration checked against torch, or
+torch itself) by relative L2 error, and only the candidates that pass are timed
+(``harness.timing``: cold L2, device time). The fastest verified one is kept in memory and in a
+JSON file under ``$ROOFKIT_CACHE_DIR/autotune/`` (default ``~/.cache/roofkit``), one file per
+(GPU name, compute capability, driver, triton, roofkit): other hardware or software never reads
+it. The metadata is also written into every entry; an entry whose metadata differs from the
+file's key is not used. The file is read once per process and written through
+``harness.cache`` (atomic replacement, merged under a lock): a corrupt, wrongly shaped or foreign
+file costs one warning and re-tuning, never a call.
 
 Keys are bucketed by the caller (``bucket``: the next power of two), so nearby shapes share a
-result. ``ROOFKIT_AUTOTUNE=0`` (or a CPU / interpreter run, CUDA-graph capture, or a
-torch.compile trace) returns ``default`` without tuning or reading the cache.
+result.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import functools
 import os
 import re
 import threading
@@ -26,20 +43,70 @@ from typing import Any, Callable
 
 import torch
 
+from .._env import TRUTHY
+from ..harness import cache
 from ..harness.device import cache_dir, driver_version
 
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # one tuning (or cache load) at a time in a process
+
+# The metadata that names a cache file; an entry recorded under other values is not used.
+KEY_FIELDS = ("gpu", "capability", "driver", "triton", "roofkit")
+_FALSY = ("0", "false", "off", "no", "n")
+
+# Open ``tuning()`` blocks and the lists they collect choices into. Process-wide, not per thread:
+# autograd runs the backward of CUDA tensors on its own threads.
+_STATE = threading.Lock()
+_TUNING: list[list[dict]] = []
 
 
-def enabled() -> bool:
-    return os.environ.get("ROOFKIT_AUTOTUNE", "1") not in ("0", "", "false", "False")
+def mode() -> str:
+    """The tuning mode: "tune" (ROOFKIT_AUTOTUNE=1, or inside ``tuning()``), "off"
+    (ROOFKIT_AUTOTUNE=0) or "cache" (unset: cached tuned configurations, no timing in the call)."""
+    if _TUNING:
+        return "tune"
+    raw = os.environ.get("ROOFKIT_AUTOTUNE", "")
+    value = raw.strip().lower()
+    if value == "":
+        return "cache"
+    if value in TRUTHY:
+        return "tune"
+    if value in _FALSY:
+        return "off"
+    raise ValueError(
+        f"ROOFKIT_AUTOTUNE must be 1 (tune a shape missing from the cache inside the call), 0 (default "
+        f"configurations, the tuning cache unread) or unset (configurations `roofkit tune` cached, else "
+        f"the defaults); got {raw!r}"
+    )
 
 
 def active(device: torch.device) -> bool:
-    """Whether tuning (and the cache) is used for a launch on ``device`` now."""
-    if not enabled() or device.type != "cuda":
-        return False
-    return not (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling())
+    """Whether cached (or newly tuned) configurations apply to a launch on ``device``: a CUDA
+    device and ROOFKIT_AUTOTUNE not 0."""
+    return device.type == "cuda" and mode() != "off"
+
+
+def can_time(device: torch.device) -> bool:
+    """Whether candidates may be run and timed now: not while a CUDA graph is being captured or
+    torch.compile traces."""
+    capturing = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return not (capturing or torch.compiler.is_compiling())
+
+
+@contextlib.contextmanager
+def tuning():
+    """Inside the block a key missing from the cache is tuned in the call, whatever
+    ROOFKIT_AUTOTUNE says (``roofkit tune``). Yields a list that receives one dict per choice made
+    meanwhile: ``tuner``, ``key``, ``source`` ("tuned"; "cached": found in memory or on disk;
+    "unverified": no candidate passed, the default is used and nothing is written) and
+    ``config`` (encoded). Process-wide while open (see ``_TUNING``)."""
+    seen: list[dict] = []
+    with _STATE:
+        _TUNING.append(seen)
+    try:
+        yield seen
+    finally:
+        with _STATE:
+            _TUNING.remove(seen)
 
 
 def _time_ms(fn: Callable[[], Any]) -> float:
@@ -61,11 +128,19 @@ def bucket(n: int) -> int:
 
 
 def metadata(device: torch.device) -> dict:
+    """What the cache is keyed by (``KEY_FIELDS``) and torch's version, recorded in each entry.
+    Read once per device and process (the driver's version through NVML is slow to ask)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return dict(_metadata(index))
+
+
+@functools.lru_cache(maxsize=None)
+def _metadata(index: int) -> dict:
     import triton
 
     from .. import __version__
 
-    props = torch.cuda.get_device_properties(device)
+    props = torch.cuda.get_device_properties(index)
     return {
         "gpu": props.name,
         "capability": f"{props.major}.{props.minor}",
@@ -87,7 +162,9 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 class Tuner:
-    """One tuner per kernel family. ``decode``/``encode`` turn a configuration into JSON and back."""
+    """One tuner per kernel family. ``decode``/``encode`` turn a configuration into JSON and back;
+    ``decode`` raises for a dict it cannot turn into a configuration (such a cache entry is
+    dropped)."""
 
     def __init__(self, name: str, encode: Callable[[Any], dict], decode: Callable[[dict], Any], tol: dict,
                  timer: Callable[[Callable[[], Any]], float] = _time_ms):
@@ -96,60 +173,113 @@ class Tuner:
         self.encode = encode
         self.decode = decode
         self.tol = tol  # dtype -> largest relative L2 error a candidate may have against the reference
-        self.mem: dict[str, Any] = {}
+        self.mem: dict[str, Any] = {}  # key -> configuration tuned or read from the cache
         self.log: dict[str, dict] = {}  # key -> what the last tuning measured (for reports)
-        self._disk: dict[str, dict] | None = None
-        self._path: Path | None = None
+        self._files: dict[Path, dict] = {}  # cache file -> its usable entries, read once per process
+        self._misses: set[str] = set()  # keys the cache does not hold: the default, without a look-up
 
     # -- cache ---------------------------------------------------------------------------------
     def _file(self, meta: dict) -> Path:
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(str(meta[k]) for k in ("gpu", "capability", "driver", "triton", "roofkit")))
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(str(meta[k]) for k in KEY_FIELDS))
         return cache_dir() / "autotune" / f"{self.name}-{stem}.json"
 
-    def _load(self, meta: dict) -> dict:
-        if self._disk is None:
-            self._path = self._file(meta)
-            try:
-                data = json.loads(self._path.read_text())
-                self._disk = data if isinstance(data, dict) else {}
-            except (OSError, ValueError):
-                self._disk = {}
-        return self._disk
+    def cache_file(self, device: torch.device) -> Path:
+        """The file holding this tuner's configurations for ``device`` and this software."""
+        return self._file(metadata(device))
 
-    def _save(self, key: str, entry: dict) -> None:
-        assert self._disk is not None and self._path is not None
-        self._disk[key] = entry
+    def _usable(self, entry) -> bool:
+        if not (isinstance(entry, dict) and entry.get("verified") is True and isinstance(entry.get("meta"), dict)
+                and isinstance(entry.get("config"), dict)):
+            return False
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self._disk, indent=1, sort_keys=True))
-            tmp.replace(self._path)
-        except OSError:
-            pass  # a read-only cache directory only costs re-tuning in the next process
+            self.decode(entry["config"])
+        except Exception:  # whatever a foreign or damaged config makes the decoder raise
+            return False
+        return True
+
+    def _clean(self, meta: dict) -> cache.Clean:
+        """The check of a cache file's content: a JSON object of key -> entry; only verified
+        entries that decode and were recorded under this file's key are kept."""
+
+        def clean(data):
+            if not isinstance(data, dict):
+                return {}, f"expected a JSON object of entries, found a JSON {type(data).__name__}"
+            good, bad, foreign = {}, [], []
+            for key, entry in data.items():
+                if not self._usable(entry):
+                    bad.append(key)
+                elif any(entry["meta"].get(f) != meta[f] for f in KEY_FIELDS):
+                    foreign.append(key)
+                else:
+                    good[key] = entry
+            problems = []
+            if bad:
+                problems.append(f"{len(bad)} malformed entries (first: {bad[0]!r})")
+            if foreign:
+                problems.append(f"{len(foreign)} entries recorded for another GPU or other versions (first: {foreign[0]!r})")
+            return good, "; ".join(problems) or None
+
+        return clean
+
+    def _load(self, meta: dict) -> dict:
+        path = self._file(meta)
+        if path not in self._files:
+            clean = self._clean(meta)
+            disk, problem = cache.read(path, clean)
+            disk = disk or {}
+            if problem:
+                cache.warn_once(path, problem)
+                rewritten = cache.update(path, lambda current: current or {}, clean)  # what was wrong, dropped
+                disk = rewritten if rewritten is not None else disk
+            self._files[path] = disk
+        return self._files[path]
+
+    def _save(self, meta: dict, key: str, entry: dict) -> None:
+        """Merged into the file as it is now (another process may have added entries since it was
+        read); a directory that cannot be written only costs re-tuning in the next process."""
+        path = self._file(meta)
+        merged = cache.update(path, lambda current: {**(current or {}), key: entry}, self._clean(meta))
+        self._files[path] = merged if merged is not None else {**self._files.get(path, {}), key: entry}
+
+    def _note(self, key: str, source: str, cfg) -> None:
+        if _TUNING:
+            with _STATE:
+                for seen in _TUNING:
+                    seen.append({"tuner": self.name, "key": key, "source": source, "config": self.encode(cfg)})
 
     # -- choice --------------------------------------------------------------------------------
     def choose(self, key: str, candidates, default, run: Callable[[Any], torch.Tensor],
                reference: Callable[[], torch.Tensor], device: torch.device, dtype: torch.dtype):
-        """The configuration for ``key``: cached, or tuned now. ``candidates``: an iterable, or a
-        zero-argument callable building it (called only on a cache miss: the hit path stays cheap)."""
-        if not active(device):
+        """The configuration for ``key``: the cached one, else ``default``, else (only when tuning
+        was asked for, see the module's docstring) tuned now. ``candidates``: an iterable, or a
+        zero-argument callable building it (called only when tuning: the look-up stays cheap)."""
+        how = mode()
+        if how == "off" or not active(device):
             return default
         if key in self.mem:
+            self._note(key, "cached", self.mem[key])
             return self.mem[key]
+        tune = how == "tune" and can_time(device)
+        if not tune and key in self._misses:
+            return default
         with _LOCK:
             meta = metadata(device)
-            disk = self._load(meta)
-            hit = disk.get(key)
-            if hit and hit.get("verified") and hit.get("meta") == meta:
+            hit = self._load(meta).get(key)
+            if hit is not None:
                 cfg = self.decode(hit["config"])
                 self.mem[key] = cfg
+                self._note(key, "cached", cfg)
                 return cfg
+            if not tune:
+                self._misses.add(key)
+                return default
             cfg, entry = self._tune(candidates() if callable(candidates) else candidates, default, run, reference, dtype)
             entry["meta"] = meta
             self.mem[key] = cfg
             self.log[key] = entry
             if entry["verified"]:
-                self._save(key, entry)
+                self._save(meta, key, entry)
+            self._note(key, "tuned" if entry["verified"] else "unverified", cfg)
             return cfg
 
     def _tune(self, candidates, default, run, reference, dtype):
