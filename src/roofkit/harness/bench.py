@@ -5,11 +5,17 @@ reference are computed; every provider (roofkit and the installed baselines) is 
 the reference with the rules of :mod:`.verify`, timed interleaved with the others
 (:mod:`.timing`), verified again after the timing loop, and placed on the measured roofline.
 Providers that are not installed, or that raise, get a record saying so; none is dropped silently.
+
+The ``host`` suite (decode-sized shapes) asks what a call costs the host rather than the device:
+its rows are verified the same way, then timed by :func:`.timing.host_time_providers` (wall time
+of back-to-back calls, and of a CUDA graph replaying them) instead of by CUDA events per call.
 """
 
 from __future__ import annotations
 
 import gc
+import math
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -19,12 +25,25 @@ from .inputs import make_generator
 from .record import Record
 from .roofline import place
 from .spec import Case, Inputs, OpSpec
-from .timing import time_providers
+from .timing import host_time_providers, time_providers
 from .verify import _grad_targets, _with_grad, check_outputs, reference_outputs, run_outputs
 
 ROOFKIT = "roofkit"
 TORCH = "torch"
 BENCH_SEED = 20261130
+HOST_SUITE = "host"
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """How the host suite times a case (see :func:`.timing.host_time_providers`): ``calls``
+    back-to-back calls per timed run, ``graph_calls`` calls in the replayed CUDA graph (None: as
+    many as ``calls``), ``repeats`` timed runs per provider, ``graph`` False to skip the graph."""
+
+    calls: int = 2000
+    graph_calls: int | None = None
+    repeats: int = 3
+    graph: bool = True
 
 
 def _sync(device: torch.device) -> None:
@@ -98,10 +117,17 @@ def bench_case(
     graph: bool = False,
     device: torch.device,
     rep_ms: float = 150.0,
+    host: HostOptions | None = None,
 ) -> list[Record]:
-    """Verify, time and place every provider on one (case, dtype); one :class:`Record` each."""
+    """Verify, time and place every provider on one (case, dtype); one :class:`Record` each.
+
+    With ``host`` (the host suite) the providers are timed by their wall time per call instead
+    (``l2`` and ``graph`` do not apply: nothing is flushed, and the graph replay is timed beside
+    the eager calls), and the records carry no device-time or roofline figures."""
     mode = case.get("mode", "fwd")
     dname = str(dtype).removeprefix("torch.")
+    if host is not None:
+        l2, graph = "warm", False
     base = dict(op=spec.name, case=case.name, shape=_describe_shape(case), dtype=dname, mode=mode, l2=l2, graph=graph)
     fns, skipped = provider_callables(spec, providers)
     records = {name: Record(provider=name, status=f"skipped: {why}", **base) for name, why in skipped.items()}
@@ -140,13 +166,27 @@ def bench_case(
             continue
         timed[name] = call
 
-    timings = time_providers(timed, device=device, l2=l2, graph=graph, rep_ms=rep_ms) if timed else {}
-    cost = spec.cost(case, dtype)
+    if not timed:
+        timings = {}
+    elif host is not None:
+        timings = host_time_providers(timed, device=device, calls=host.calls, graph_calls=host.graph_calls,
+                                      repeats=host.repeats, graph=host.graph)
+    else:
+        timings = time_providers(timed, device=device, l2=l2, graph=graph, rep_ms=rep_ms)
+    cost = spec.cost(case, dtype) if host is None else None
     for name, t in timings.items():
         ok, err, budget, detail = verdicts[name]
         ok_after, _, _, detail_after = verify(fns[name])  # re-verified after the timing loop
         if not ok_after:
             ok, detail = False, f"after timing: {detail_after}"
+        if host is not None:
+            graphed = not math.isnan(t.graph_us)
+            records[name] = Record(
+                provider=name, status="ok", wall_us=t.wall_us, graph_us=t.graph_us if graphed else None,
+                host_calls=t.calls, graph_calls=t.graph_calls if graphed else None,
+                verified=ok, err_l2=err, budget_l2=budget, verify_detail=detail, method=t.method, **base,
+            )
+            continue
         p = place(cost, t.median_ms, ceilings, dtype, matrix=spec.matrix, l2=l2)
         records[name] = Record(
             provider=name, status="ok",
@@ -160,10 +200,11 @@ def bench_case(
             records[ROOFKIT].notes = spec.describe(case, dtype, device)
         except Exception as exc:  # a description must never cost the measurement
             records[ROOFKIT].notes = f"describe failed: {type(exc).__name__}"
-    torch_ms = records[TORCH].median_ms if TORCH in records and records[TORCH].status == "ok" else None
+    per_call = (lambda r: r.wall_us) if host is not None else (lambda r: r.median_ms)  # noqa: E731
+    torch_time = per_call(records[TORCH]) if TORCH in records and records[TORCH].status == "ok" else None
     for r in records.values():
-        if torch_ms and r.median_ms:
-            r.speedup_vs_torch = torch_ms / r.median_ms
+        if torch_time and per_call(r):
+            r.speedup_vs_torch = torch_time / per_call(r)
     order = [ROOFKIT] + list(spec.baselines)
     del inputs, expected, refs, timed
     gc.collect()

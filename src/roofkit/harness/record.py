@@ -11,7 +11,7 @@ from pathlib import Path
 
 FIELDS = (
     "op", "case", "shape", "dtype", "mode", "provider", "status",
-    "median_ms", "p20_ms", "p80_ms", "reps", "wall_us",
+    "median_ms", "p20_ms", "p80_ms", "reps", "wall_us", "graph_us", "host_calls", "graph_calls",
     "gbps", "tflops", "intensity", "bound", "roof_pct", "implausible",
     "verified", "err_l2", "budget_l2", "verify_detail", "speedup_vs_torch",
     "flops", "bytes", "l2", "graph", "method", "notes",
@@ -22,7 +22,13 @@ FIELDS = (
 class Record:
     """One benchmark row. Times in ms (wall time per call in us), GB/s = 1e9 B/s,
     TFLOP/s = 1e12 FLOP/s; ``roof_pct`` is the percent of the measured roof reached;
-    ``status`` is ``ok``, ``skipped: ...`` or ``error: ...``."""
+    ``status`` is ``ok``, ``skipped: ...`` or ``error: ...``.
+
+    Rows of the host suite (``host_calls`` set) measure what a call costs the host instead of the
+    device: ``wall_us`` per call over ``host_calls`` back-to-back calls and one synchronize,
+    ``graph_us`` per call over one CUDA-graph replay of ``graph_calls`` calls (None when the
+    provider could not be captured); they carry no device-time, roofline or cost figures, and
+    ``speedup_vs_torch`` is torch's ``wall_us`` over this row's."""
 
     op: str
     case: str
@@ -36,6 +42,9 @@ class Record:
     p80_ms: float | None = None
     reps: int | None = None
     wall_us: float | None = None
+    graph_us: float | None = None
+    host_calls: int | None = None
+    graph_calls: int | None = None
     gbps: float | None = None
     tflops: float | None = None
     intensity: float | None = None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.table import Table
 
@@ -41,6 +44,112 @@ def results_table(records: list[Record], title: str = "roofkit bench") -> Table:
             _fmt(r.speedup_vs_torch, ".2f") + "x" if r.speedup_vs_torch else "-", *extra,
         )
     return t
+
+
+
+# ----------------------------------------------------------------------------- host suite
+
+HOST_PAIR = ("torch", "roofkit")
+
+
+def is_host_record(r: Record) -> bool:
+    """A row timed by the host suite (wall time of back-to-back calls)."""
+    return r.host_calls is not None
+
+
+def split_host(records: list[Record]) -> tuple[list[Record], list[Record]]:
+    """(device-time records, host-suite records) of one results file: a (op, case, dtype, mode)
+    belongs to the host suite when any of its providers was timed by it (its skipped or failed
+    providers go with it)."""
+    host_keys = {r.key()[:4] for r in records if is_host_record(r)}
+    host = [r for r in records if r.key()[:4] in host_keys]
+    return [r for r in records if r.key()[:4] not in host_keys], host
+
+
+def host_geomean(records: list[Record]) -> tuple[float | None, int]:
+    """(geometric mean of roofkit wall_us / torch wall_us over the cases where both were timed,
+    number of such cases); (None, 0) when there is none. A geometric mean, so that one case twice
+    as slow and one twice as fast cancel out."""
+    ratios = [row["roofkit/torch"] for row in host_rows(records)[1] if row["roofkit/torch"] is not None]
+    if not ratios:
+        return None, 0
+    return math.exp(sum(math.log(x) for x in ratios) / len(ratios)), len(ratios)
+
+
+def host_rows(records: list[Record], *, every_graph: bool = False) -> tuple[list[str], list[dict]]:
+    """The host suite's wide layout: one row per (op, case, dtype, mode) with torch's and
+    roofkit's wall_us, the ratio roofkit/torch, every other provider's wall_us, and graph_us
+    (torch's and roofkit's; every provider's with ``every_graph``). Returns (columns, rows);
+    a cell is a float, a string, or None where the provider was not timed."""
+    groups: dict[tuple, dict[str, Record]] = {}
+    for r in records:
+        groups.setdefault((r.op, r.case, r.dtype, r.mode), {})[r.provider] = r
+    others = []
+    for by_provider in groups.values():
+        others += [p for p in by_provider if p not in HOST_PAIR and p not in others]
+    graphs = list(HOST_PAIR) + (others if every_graph else [])
+    columns = (["op", "case", "dtype", "mode", "torch wall us", "roofkit wall us", "roofkit/torch"]
+               + [f"{p} wall us" for p in others] + [f"{p} graph us" for p in graphs] + ["roofkit verified"])
+
+    def timed(r: Record | None, field: str) -> float | None:
+        return getattr(r, field) if r is not None and r.status == "ok" else None
+
+    rows = []
+    for (op, case, dtype, mode), by_provider in groups.items():
+        t, k = timed(by_provider.get("torch"), "wall_us"), timed(by_provider.get("roofkit"), "wall_us")
+        ours = by_provider.get("roofkit")
+        row = {"op": op, "case": case, "dtype": dtype, "mode": mode, "torch wall us": t, "roofkit wall us": k,
+               "roofkit/torch": k / t if t and k else None}
+        for p in others:
+            row[f"{p} wall us"] = timed(by_provider.get(p), "wall_us")
+        for p in graphs:
+            row[f"{p} graph us"] = timed(by_provider.get(p), "graph_us")
+        row["roofkit verified"] = None if ours is None or ours.verified is None else ("yes" if ours.verified else "NO")
+        rows.append(row)
+    return columns, rows
+
+
+def host_table(records: list[Record], title: str = "roofkit bench --suite host") -> Table:
+    """The host suite's table: per case, torch's and roofkit's wall time per call, their ratio,
+    the other providers' wall time, and torch's and roofkit's CUDA-graph time per call; the
+    caption gives the geometric mean of roofkit/torch."""
+    columns, rows = host_rows(records)
+    geo, n = host_geomean(records)
+    caption = (f"geomean roofkit/torch wall us per call over {n} case(s): {geo:.2f}x" if geo is not None
+               else "geomean roofkit/torch: no case with both timed")
+    t = Table(title=title, caption=caption)
+    for col in columns:
+        t.add_column(col, justify="left" if col in ("op", "case", "dtype", "mode", "roofkit verified") else "right")
+    for row in rows:
+        cells = []
+        for col in columns:
+            v = row[col]
+            if col == "roofkit/torch":
+                cells.append(_fmt(v, ".2f") + "x" if v is not None else "-")
+            elif col == "roofkit verified":
+                cells.append({"NO": "[red]NO[/red]", None: "-"}.get(v, v))
+            elif isinstance(v, float):
+                cells.append(_fmt(v, ".1f"))
+            else:
+                cells.append("-" if v is None else str(v))
+        t.add_row(*cells)
+    return t
+
+
+def write_host_csv(path, records: list[Record]) -> Path:
+    """The host suite's wide layout as CSV (every provider's graph_us), ending with a
+    ``geomean`` row whose roofkit/torch cell is the geometric mean over the cases above it."""
+    path = Path(path)
+    columns, rows = host_rows(records, every_graph=True)
+    geo, n = host_geomean(records)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: "" if v is None else v for k, v in row.items()})
+        w.writerow({"op": "geomean", "case": f"roofkit/torch over {n} case(s)",
+                    "roofkit/torch": "" if geo is None else geo})
+    return path
 
 
 @dataclass

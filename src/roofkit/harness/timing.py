@@ -11,6 +11,9 @@ Rules (DESIGN.md, "Timing rules"):
   enqueue time);
 - CUDA-graph mode replays a graph of one call (device time without launch gaps);
 - ``wall_us``: host wall time per call from Python over back-to-back calls, launch included;
+- the host suite (:func:`host_time_providers`) measures what a call costs the host instead: wall
+  time of N back-to-back calls and one synchronize, per call, beside the replay of a CUDA graph
+  holding the same calls (the device's share, without the host);
 - providers are interleaved (A B C A B C ..., the order rotated every round) in one process so
   clock and thermal drift hit every provider alike.
 """
@@ -91,8 +94,10 @@ class L2Flusher:
         self.buffer.zero_()
 
 
-def _capture(fn: Callable, device: torch.device) -> Callable:
-    """A CUDA graph of one call of ``fn`` (after warm-up on a side stream); returns its replay."""
+def _capture(fn: Callable, device: torch.device, calls: int = 1) -> Callable:
+    """A CUDA graph of ``calls`` back-to-back calls of ``fn`` (after warm-up on a side stream);
+    returns its replay. Outputs freed during the capture go back to the graph's private pool and
+    are reused by the next call, so the graph's memory does not grow with ``calls``."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -101,7 +106,8 @@ def _capture(fn: Callable, device: torch.device) -> Callable:
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        for _ in range(calls):
+            fn()
     torch.cuda.synchronize(device)
     return graph.replay
 
@@ -227,4 +233,142 @@ def time_providers(
             f"interleaved with {len(names) - 1} other provider(s){notes[name]}"
         )
         out[name] = summarize(samples, method, wall_us)
+    return out
+
+
+@dataclass
+class HostTiming:
+    """What back-to-back calls of one provider cost, per call, in microseconds.
+
+    ``wall_us``: host wall time of ``calls`` back-to-back calls followed by one synchronize,
+    divided by ``calls`` (median over the runs in ``wall_runs_us``). It is what a Python caller
+    pays per call once the device's queue is full: the larger of the host's launch path and the
+    device's work. ``graph_us``: the same for one replay of a CUDA graph holding ``graph_calls``
+    calls, so the host's part is gone and what is left is the device's work plus the gaps between
+    kernels; NaN when the provider cannot be captured (``method`` says why). ``wall_us`` well above
+    ``graph_us`` means the host is the bottleneck.
+    """
+
+    wall_us: float
+    graph_us: float
+    calls: int
+    graph_calls: int
+    method: str
+    wall_runs_us: list[float] = field(default_factory=list)
+    graph_runs_us: list[float] = field(default_factory=list)
+
+
+def host_time_providers(
+    fns: Mapping[str, Callable[[], object]],
+    *,
+    device: torch.device | str | None = None,
+    calls: int = 2000,
+    graph_calls: int | None = None,
+    warmup_calls: int | None = None,
+    repeats: int = 3,
+    graph: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+    capture: Callable[[Callable, torch.device, int], Callable] | None = None,
+) -> dict[str, HostTiming]:
+    """Per-call wall time of back-to-back calls, and of a CUDA graph replaying them, interleaved.
+
+    Each provider runs once (compilation, autotuning, allocator growth), then ``warmup_calls``
+    back-to-back calls; then, ``repeats`` times with the provider order rotated each round, every
+    provider does one timed run of ``calls`` back-to-back calls and one synchronize, then one
+    timed replay (``clock`` around replay + synchronize) of its graph of ``graph_calls`` calls.
+    Nothing is flushed between calls: small decode-sized inputs stay in L2 as they would in a model.
+
+    Args:
+        fns: provider name -> zero-argument callable doing one call of the work.
+        device: where the calls run (default: the current CUDA device, else the CPU, where the
+            synchronize is a no-op and there is no graph).
+        calls: back-to-back calls per timed run (N).
+        graph_calls: calls captured in the graph (K; default N).
+        warmup_calls: back-to-back calls before timing (default N / 10, at least 10).
+        repeats: timed runs per provider; the median is reported.
+        graph: also time the CUDA-graph replay.
+        clock: seconds, monotonic (injectable so the arithmetic can be tested without a GPU).
+        capture: ``(fn, device, n) -> replay`` building a graph of n calls (default: CUDA graph
+            capture); injectable for the same reason.
+    Returns:
+        provider name -> :class:`HostTiming` (same order as ``fns``).
+    Raises:
+        ValueError: ``calls``, ``graph_calls`` or ``repeats`` below 1.
+    """
+    graph_calls = calls if graph_calls is None else graph_calls
+    if min(calls, graph_calls, repeats) < 1:
+        raise ValueError(f"host_time_providers: calls, graph_calls and repeats must be >= 1, got "
+                         f"{calls}, {graph_calls}, {repeats}")
+    warmup_calls = max(10, calls // 10) if warmup_calls is None else warmup_calls
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(device)
+    on_cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if on_cuda:
+            torch.cuda.synchronize(device)
+
+    names = list(fns)
+    replays: dict[str, Callable | None] = {}
+    graph_note: dict[str, str] = {}
+    for name in names:
+        fn = fns[name]
+        fn()
+        for _ in range(warmup_calls):
+            fn()
+        sync()
+        replays[name] = None
+        if not graph:
+            graph_note[name] = "no graph (not asked for)"
+        elif capture is None and not on_cuda:
+            graph_note[name] = "no graph (CUDA graphs need a CUDA device)"
+        else:
+            try:
+                replay = (capture or _capture)(fn, device, graph_calls)
+                replay()  # the first replay uploads the graph: not timed
+                sync()
+                replays[name] = replay
+                graph_note[name] = f"one CUDA-graph replay of {graph_calls} calls + one synchronize, per call"
+            except Exception as exc:  # a provider that cannot be captured is recorded, never hidden
+                graph_note[name] = f"CUDA-graph capture failed ({type(exc).__name__}: {str(exc)[:120]})"
+                sync()
+
+    wall_runs = {n: [] for n in names}
+    graph_runs = {n: [] for n in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            fn = fns[name]
+            sync()
+            t0 = clock()
+            for _ in range(calls):
+                fn()
+            sync()
+            wall_runs[name].append((clock() - t0) / calls * 1e6)
+            replay = replays[name]
+            if replay is not None:
+                sync()
+                t0 = clock()
+                replay()
+                sync()
+                graph_runs[name].append((clock() - t0) / graph_calls * 1e6)
+
+    out = {}
+    for name in names:
+        wall = wall_runs[name]
+        method = (
+            f"host: {calls} back-to-back calls + one synchronize, per call, median of {repeats} "
+            f"(runs {min(wall):.3g}-{max(wall):.3g} us), after {warmup_calls} warm-up calls, warm L2, "
+            f"interleaved with {len(names) - 1} other provider(s); graph: {graph_note[name]}"
+        )
+        out[name] = HostTiming(
+            wall_us=float(np.median(wall)),
+            graph_us=float(np.median(graph_runs[name])) if graph_runs[name] else float("nan"),
+            calls=calls,
+            graph_calls=graph_calls,
+            method=method,
+            wall_runs_us=wall,
+            graph_runs_us=graph_runs[name],
+        )
+    replays.clear()  # the graphs and their pools go before the next case's inputs are drawn
     return out
