@@ -1,5 +1,6 @@
 """scatter_add / index_add properties the registry-wide test cannot state."""
 
+import contextlib
 import importlib
 
 import pytest
@@ -420,3 +421,193 @@ def test_scatter_add_expanded_index_narrower_than_input(device):
     assert torch.equal(scatter_add(x, 0, idx, src).cpu(), want)
     from roofkit.ops.scatter.spec import scatter_add_reference
     assert torch.equal(scatter_add_reference(x.cpu(), 0, idx.cpu(), src.cpu()).float(), want)
+
+
+# ----------------------------------------------------------------------------- CUDA-graph capture
+# Without a GPU the capture is simulated: ``launch._capturing`` (where the launchers ask whether the
+# current stream is capturing; torch.cuda.is_current_stream_capturing itself raises on a CPU-only
+# build and is never asked about CPU tensors) answers True, and every way of reading a tensor's
+# value on the host or synchronizing fails the test. tests/test_cuda_graphs.py captures for real.
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("host read of a device value or synchronization while capturing a CUDA graph")
+
+
+@contextlib.contextmanager
+def _capture_simulated(monkeypatch):
+    with monkeypatch.context() as mp:
+        mp.setattr(launch, "_capturing", lambda device: True)
+        for name in ("item", "tolist", "__int__", "__bool__", "__index__", "__float__"):
+            mp.setattr(torch.Tensor, name, _refuse)
+        mp.setattr(torch.cuda, "synchronize", _refuse)
+        mp.setattr(torch.cuda.Event, "synchronize", _refuse)
+        mp.setattr(torch.cuda.Stream, "synchronize", _refuse)
+        mp.setattr(launch, "copy_to_host_async", _refuse)
+        yield
+
+
+def _capture_problem(kind: str, device, seed: int = 40):
+    """(op, input, dim, index, src, kwargs) of each canonical form: shared rows wide enough for the
+    eager pre-check, 1-D (checked after the adds) with a hot destination, element mode, and
+    batched rows (an expanded index that differs per outer slice)."""
+    g = _gen(seed)
+    if kind == "index_add_rows":
+        op, shape, dim, idx, kw = index_add, (16, 8), 0, torch.randint(0, 16, (40,), generator=g), {"alpha": 0.5}
+        src_shape = (40, 8)
+    elif kind == "index_add_1d":
+        op, shape, dim, idx, kw = index_add, (16,), 0, torch.randint(0, 16, (300,), generator=g), {}
+        idx[:100] = 3
+        src_shape = (300,)
+    elif kind == "scatter_add_elements":
+        op, shape, dim, idx, kw = scatter_add, (6, 5), 0, torch.randint(0, 6, (40, 5), generator=g), {}
+        src_shape = (40, 5)
+    else:
+        op, shape, dim, kw = scatter_add, (3, 6, 5), 1, {}
+        idx = torch.randint(0, 6, (3, 20, 1), generator=g).expand(3, 20, 5)
+        src_shape = (3, 20, 5)
+    return op, _randn(shape, device, seed=seed), dim, idx.to(device), _randn(src_shape, device, seed=seed + 1), kw
+
+
+def _forward_backward(op, x, dim, idx, src, kwargs, dy_seed=41):
+    x, src = x.detach().requires_grad_(True), src.detach().requires_grad_(True)
+    out = op(x, dim, idx, src, **kwargs)
+    dy = _randn(out.shape, x.device, seed=dy_seed)
+    gx, gs = torch.autograd.grad(out, (x, src), dy)
+    return out.detach(), gx, gs
+
+
+_CAPTURE_KINDS = ["index_add_rows", "index_add_1d", "scatter_add_elements", "scatter_add_batched_rows"]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("kind", _CAPTURE_KINDS)
+def test_capture_reads_nothing_back_and_matches_eager(kind, deterministic, monkeypatch, device):
+    op, x, dim, idx, src, kw = _capture_problem(kind, device)
+    kw = dict(kw, deterministic=deterministic)
+    # The spy catches the eager path's one host read: this test can fail.
+    with pytest.raises(AssertionError, match="host read"):
+        with monkeypatch.context() as mp:
+            mp.setattr(torch.Tensor, "tolist", _refuse)
+            mp.setattr(torch.Tensor, "item", _refuse)
+            mp.setattr(torch.Tensor, "__int__", _refuse)
+            mp.setattr(launch, "copy_to_host_async", _refuse)
+            op(x, dim, idx, src, **kw)
+    want = _forward_backward(op, x, dim, idx, src, kw)
+    with _capture_simulated(monkeypatch):
+        got = _forward_backward(op, x, dim, idx, src, kw)
+    for g, w in zip(got, want):
+        if deterministic:
+            assert torch.equal(g.view(torch.int32), w.view(torch.int32))  # the same bits
+        else:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("hot", [False, True])
+def test_capture_sums_in_the_eager_pieces(hot, monkeypatch, device):
+    # Under capture the pieces run whenever L exceeds the piece length (nothing is read back to
+    # know whether a destination does): with a hot destination they are the eager call's pieces,
+    # without one they are all empty; either way the bits are the eager call's.
+    monkeypatch.setattr(launch, "SPLIT_MIN", 2)
+    launches = []
+    real = launch._scatter_add_piece_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(launch, "_scatter_add_piece_kernel", Spy())
+    L, N = 1024, 256  # piece length max(2, next_pow2(isqrt(1024))) = 32, from L (not from the data)
+    idx = torch.randperm(L, generator=_gen(42)) % N  # 4 contributions each
+    if hot:
+        idx[::16] = 5  # about 68: 3 pieces of 32 (a length from the longest segment would be 8)
+    x, src = _randn((N, 3), device), _randn((L, 3), device, seed=43) * 10
+    want = index_add(x, 0, idx.to(device), src, deterministic=True)
+    assert len(launches) == (1 if hot else 0)
+    with _capture_simulated(monkeypatch):
+        got = index_add(x, 0, idx.to(device), src, deterministic=True)
+    assert len(launches) == (2 if hot else 1)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("kind", _CAPTURE_KINDS)
+def test_capture_skips_out_of_range_indices(kind, deterministic, monkeypatch, device):
+    # Under capture nothing raises: an out-of-range value adds nothing anywhere (not to another
+    # outer slice's row, which its sort key would name without the sentinel) and gets gradient 0;
+    # an eager call on the same index raises.
+    op, x, dim, idx, src, kw = _capture_problem(kind, device)
+    kw = dict(kw, deterministic=deterministic)
+    N = x.shape[dim]
+    idx = idx.clone() if idx.stride(-1) else idx[..., :1].clone().expand(idx.shape)
+    flat = idx.view(-1) if idx.is_contiguous() else idx[..., 0].reshape(-1)  # a view of idx's values
+    assert flat.data_ptr() == idx.data_ptr()
+    flat[1], flat[7], flat[-1] = -1, N, 2**33
+    with pytest.raises(IndexError, match=r"index .*\[0, %d\)" % N):
+        op(x, dim, idx, src, **kw)
+    with _capture_simulated(monkeypatch):
+        out, gx, gs = _forward_backward(op, x, dim, idx, src, kw)
+    # The reference: the same call with the bad contributions made zero and sent to row 0.
+    full = idx if op is scatter_add else idx.view([-1 if d == dim else 1 for d in range(x.dim())]).expand(src.shape)
+    bad = (full < 0) | (full >= N)
+    safe = full.masked_fill(bad, 0).contiguous()
+    alpha = kw.get("alpha", 1)
+    want = torch.scatter_add(x.cpu().double(), dim, safe.cpu(), alpha * src.masked_fill(bad, 0).cpu().double())
+    torch.testing.assert_close(out.cpu().double(), want, rtol=1e-5, atol=1e-5)
+    dy = _randn(out.shape, device, seed=41)
+    want_gs = (alpha * torch.gather(dy.cpu().double(), dim, safe.cpu())).masked_fill(bad.cpu(), 0)
+    torch.testing.assert_close(gs.cpu().double(), want_gs, rtol=1e-6, atol=1e-6)
+    assert torch.equal(gx, dy)
+
+
+def test_deterministic_path_reads_back_once(monkeypatch, device):
+    # Whether an index was out of range and the longest segment, in one read; the pieces are sized
+    # from the shapes (no second read for their number).
+    monkeypatch.setattr(launch, "SPLIT_MIN", 2)
+    reads = []
+
+    def counted(name):
+        real = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            reads.append(name)
+            return real(self, *args, **kwargs)
+        return read
+
+    for name in ("item", "tolist", "__int__", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    idx = torch.full((200,), 4, dtype=torch.int64, device=device)
+    out = index_add(torch.zeros(8, 2, device=device), 0, idx, torch.ones(200, 2, device=device), deterministic=True)
+    assert reads == ["tolist"]
+    monkeypatch.undo()
+    assert torch.equal(out[4].cpu(), torch.full((2,), 200.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_captured_graph_replays_out_of_range_indices_without_error_or_fault(deterministic):
+    # A real capture: valid indices at capture time, then out-of-range values copied into the
+    # captured index buffer; the replays skip them (no IndexError, no illegal memory access: the
+    # synchronization after the replay would report one).
+    dev = torch.device("cuda")
+    x = _randn((64, 32), dev)
+    idx = torch.randint(0, 64, (500,), generator=_gen(44)).to(dev)
+    src = _randn((500, 32), dev, seed=45)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            index_add(x, 0, idx, src, deterministic=deterministic)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = index_add(x, 0, idx, src, deterministic=deterministic)
+    bad = torch.zeros(500, dtype=torch.bool)
+    bad[[0, 250, 499]] = True
+    idx.copy_(idx.cpu().masked_fill(bad, 0).masked_scatter(bad, torch.tensor([-5, 64, 2**40])).to(dev))
+    graph.replay()
+    torch.cuda.synchronize()
+    safe = idx.cpu().masked_fill(bad, 0)
+    want = torch.index_add(x.cpu().double(), 0, safe, src.cpu().double().masked_fill(bad[:, None], 0))
+    torch.testing.assert_close(out.cpu().double(), want, rtol=1e-5, atol=1e-5)

@@ -21,16 +21,25 @@ row (``ROW_INDEX``), else once per element.
   enqueues the adds or raises IndexError); the others raise after the launch. One
   synchronization per call either way. 16-bit destinations with L >= N add into a float32 copy.
 - Deterministic path (``deterministic=True``): a stable sort of the destination keys
-  (torch.sort), segment bounds per destination (torch.searchsorted), then one program per tile of
+  (torch.sort; an out-of-range index value gets a key past every destination, so it is never
+  summed), segment bounds per destination (torch.searchsorted), then one program per tile of
   BLOCK_D destination rows x BLOCK_I columns sums each destination's contributions in sorted
   (= original) order in float32 and writes every destination once (rows without contributions
-  copy input). A hot destination's segment longer than the piece length (``_piece_length``) is
-  cut into pieces that other programs sum first (``_scatter_add_piece_kernel``); its own program
-  adds their partial sums in piece order. No atomics anywhere: bitwise reproducible run to run,
-  and for destinations of at most SPLIT_MIN contributions the bits are those of a sequential
-  float32 sum in index order, whatever the tile sizes.
+  copy input). A hot destination's segment longer than the piece length (``_piece_length``:
+  from L, the shapes only) is cut into pieces that other programs sum first
+  (``_scatter_add_piece_kernel``; piece slots sized from the shapes too); its own program adds
+  their partial sums in piece order. The host reads whether an index was out of range and the
+  longest segment (one synchronization; the pieces run only when it exceeds the piece length).
+  No atomics anywhere: bitwise reproducible run to run, and for destinations of at most
+  SPLIT_MIN contributions the bits are those of a sequential float32 sum in index order,
+  whatever the tile sizes.
+- CUDA-graph capture (``_capturing``): nothing is read back on the host, so the index range is
+  not checked: the atomic kernel skips out-of-range values (its flag is read by no one), the
+  deterministic path keys them past every destination and runs the pieces whenever L exceeds the
+  piece length (the same pieces as an eager call: the same bits). Nothing outside input, src and
+  the output is ever read or written.
 - Backward: grad_input = grad; grad_src = alpha * grad gathered at index (a Triton gather with the
-  atomic path's tiling).
+  atomic path's tiling; 0 for an out-of-range index value). No host synchronization.
 Source: the scatter/segment-reduction formulation of torch.Tensor.scatter_add_ / index_add_
 (semantics) and of segmented reductions over sorted keys (Blelloch, "Prefix sums and their
 applications", 1990).

@@ -194,8 +194,8 @@ def _scatter_gather_kernel(
     BLOCK_L: tl.constexpr, BLOCK_I: tl.constexpr,
 ):
     """Backward to src: out[o, l, i] = alpha * grad[o, index[o, l, i], i] for a tile of BLOCK_L
-    index rows x BLOCK_I columns (the forward already checked the index range). Tile
-    [BLOCK_L, BLOCK_I]."""
+    index rows x BLOCK_I columns; 0 for an index value outside [0, N) (which an eager forward
+    rejects, and a CUDA-graph replay of the forward skipped). Tile [BLOCK_L, BLOCK_I]."""
     pid = tl.program_id(0)
     ib = pid % n_ib
     rest = pid // n_ib

@@ -36,9 +36,12 @@ SORTED_TILE = 1024  # destination elements per deterministic-path tile (64 regis
 SORTED_MAX_BLOCK_I = 256
 UNROLL = 4  # contributions loaded together per step of the deterministic path (memory-level parallelism)
 # A destination with more contributions than the piece length (at least SPLIT_MIN, about the
-# square root of the longest segment) has its segment cut into pieces summed by separate
-# programs; its own program adds the pieces' partial sums in piece order. Bounds the serial
-# work of a hot destination (every index equal: 65536 contributions -> 256 pieces of 256).
+# square root of L, the most contributions one destination can have) has its segment cut into
+# pieces summed by separate programs; its own program adds the pieces' partial sums in piece
+# order. Bounds the serial work of a hot destination (every index equal: 65536 contributions ->
+# 256 pieces of 256). The length depends on the shapes only, never on the index values, so a
+# CUDA-graph replay (which cannot size anything from the data) sums in the same pieces as an
+# eager call: the same bits.
 SPLIT_MIN = 256
 PIECE_TILE = 2048  # contributions x columns per step of a piece program
 
@@ -65,8 +68,9 @@ def _sorted_config(width: int) -> Config:
     return Config(max(1, SORTED_TILE // block_i), block_i, 8)
 
 
-def _piece_length(longest: int) -> int:
-    return max(SPLIT_MIN, next_pow2(math.isqrt(max(longest, 1))))
+def _piece_length(L: int) -> int:
+    """Piece length of the deterministic path for at most L contributions per destination."""
+    return max(SPLIT_MIN, next_pow2(math.isqrt(max(L, 1))))
 
 
 def _max_offset(t: torch.Tensor) -> int:
@@ -153,12 +157,17 @@ def _index_error(op: str, c: _Canon) -> IndexError:
     )
 
 
-def _precheck(c: _Canon, device: torch.device) -> bool:
-    """Whether a call checks its index range before the adds (row-index calls at least
-    PRECHECK_MIN_WIDTH wide, not under CUDA-graph capture, where the host cannot wait)."""
-    if not (c.row_index and c.W >= PRECHECK_MIN_WIDTH):
-        return False
-    return device.type != "cuda" or not torch.cuda.is_current_stream_capturing()
+def _capturing(device: torch.device) -> bool:
+    """Whether the work queued now for ``device`` is being captured into a CUDA graph: then the
+    host may neither wait for the device nor read its memory, so the index range is not checked
+    on the host (out-of-range values are skipped by the kernels). CPU work is never captured."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _precheck(c: _Canon) -> bool:
+    """Whether an eager call checks its index range before the adds (row-index calls at least
+    PRECHECK_MIN_WIDTH wide)."""
+    return c.row_index and c.W >= PRECHECK_MIN_WIDTH
 
 
 def _launch_range_check(c: _Canon, err: torch.Tensor):
@@ -175,9 +184,12 @@ def _launch_range_check(c: _Canon, err: torch.Tensor):
 
 
 def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
+    # The kernels skip out-of-range index values and count them in err; under capture no one
+    # reads err (the host cannot wait), so nothing outside the output and src is ever touched.
+    capturing = _capturing(out.device)
     err = torch.zeros((1,), dtype=torch.int32, device=out.device)
     checked = None
-    if _precheck(c, out.device):
+    if not capturing and _precheck(c):
         # The host waits for the range check while the device copies input into the output, so
         # the wait costs no device time; the adds are enqueued only for a valid index.
         checked = _launch_range_check(c, err)
@@ -212,40 +224,73 @@ def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alp
         out3.copy_(work)
     if tmp is not None:
         view.copy_(tmp.view(view.shape))
-    if checked is None and int(err.item()):
+    if checked is None and not capturing and int(err.item()):
         raise _index_error(op, c)
 
 
 def _sort_keys(c: _Canon) -> tuple[torch.Tensor, int, int, int, bool, torch.Tensor]:
-    """(keys, B, B_INNER, width, batched, index values used): one key per contribution, ordered so
-    that a stable sort groups each destination's contributions in their original order."""
+    """(keys, B, B_INNER, width, batched, bad): one key per contribution, ordered so that a stable
+    sort groups each destination's contributions in their original order. An out-of-range index
+    value gets the key n_dest (past every destination: sorted last, never summed, so no kernel
+    reads src or the output through it) instead of another batch's destination; ``bad`` (0-d
+    bool, on the device) says whether there was one. Keys are int32 when n_dest < 2**31 (half
+    the radix sort's passes and traffic), else int64."""
     dev = c.src.device
     if c.row_index:
-        rows = torch.as_strided(c.idx, (c.outer, c.L), (c.idx_strides[0], c.idx_strides[1]))
+        vals = torch.as_strided(c.idx, (c.outer, c.L), (c.idx_strides[0], c.idx_strides[1]))
         if c.shared:
-            vals = rows[0]
-            return vals, c.outer, 1, c.W, False, vals
-        base = torch.arange(c.outer, device=dev, dtype=torch.int64)[:, None] * c.N
-        return (base + rows).reshape(-1), c.outer, 1, c.W, True, rows
-    # Element mode: one batch per (o, i) column, keys ordered (o, i, l).
-    full = torch.as_strided(c.idx, (c.outer, c.L, c.W), c.idx_strides)
-    b = torch.arange(c.outer * c.W, device=dev, dtype=torch.int64).view(c.outer, c.W, 1)
-    return (b * c.N + full.permute(0, 2, 1)).reshape(-1), c.outer * c.W, c.W, 1, True, full
+            vals, base, B, b_inner, width, batched = vals[0], None, c.outer, 1, c.W, False
+        else:
+            base = torch.arange(c.outer, device=dev, dtype=torch.int64)[:, None] * c.N
+            B, b_inner, width, batched = c.outer, 1, c.W, True
+    else:
+        # Element mode: one batch per (o, i) column, keys ordered (o, i, l).
+        vals = torch.as_strided(c.idx, (c.outer, c.L, c.W), c.idx_strides).permute(0, 2, 1)
+        base = torch.arange(c.outer * c.W, device=dev, dtype=torch.int64).view(c.outer, c.W, 1) * c.N
+        B, b_inner, width, batched = c.outer * c.W, c.W, 1, True
+    n_dest = (B if batched else 1) * c.N
+    kdt = torch.int32 if n_dest < 2**31 else torch.int64
+    ok = (vals >= 0) & (vals < c.N)
+    # Where ok is false the converted key may wrap: it is replaced by n_dest (which fits kdt).
+    keys = torch.where(ok, (vals if base is None else base + vals).to(kdt), n_dest).reshape(-1)
+    return keys, B, b_inner, width, batched, ~ok.all()
+
+
+def _pieces(bounds: torch.Tensor, counts: torch.Tensor, seg: int, slots: int):
+    """(extra, first, pieces) of the deterministic path, sized from the shapes only: extra[q]
+    pieces of seg contributions after the first seg of destination q, its partial sums in rows
+    first[q] ... of a batch's ``slots`` rows, and pieces[p] = (q, start, end) in sorted order for
+    p < sum(extra) (later slots are empty: start = end = 0). ``slots`` (the number of keys // seg)
+    bounds sum(extra) whatever the index values, so nothing is read back to size the pieces."""
+    n_dest = counts.numel()
+    extra = torch.where(counts > 0, (counts - 1) // seg, 0)
+    ends = torch.cumsum(extra, 0)
+    first = ends - extra
+    slot = torch.arange(slots, device=counts.device)
+    q = torch.searchsorted(ends, slot, right=True).clamp_max_(n_dest - 1)  # the destination of each slot
+    used = slot < ends[-1]
+    a = torch.where(used, bounds[q] + (slot - first[q] + 1) * seg, 0)
+    e = torch.where(used, torch.minimum(a + seg, bounds[q + 1]), 0)
+    return extra, first, torch.stack((q, a, e), dim=1).contiguous()
 
 
 def _sorted_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
-    keys, B, b_inner, width, batched, used = _sort_keys(c)
+    keys, B, b_inner, width, batched, bad = _sort_keys(c)
     n_dest = (B if batched else 1) * c.N
     dev = keys.device
-    bad = ((used < 0) | (used >= c.N)).any()
-    # int32 keys halve the radix sort's passes and traffic whenever they fit.
-    kdt = torch.int32 if n_dest < 2**31 else torch.int64
-    sorted_keys, perm = torch.sort(keys.to(kdt), stable=True)
-    bounds = torch.searchsorted(sorted_keys, torch.arange(n_dest + 1, device=dev, dtype=kdt))
+    sorted_keys, perm = torch.sort(keys, stable=True)
+    bounds = torch.searchsorted(sorted_keys, torch.arange(n_dest + 1, device=dev, dtype=keys.dtype))
     counts = bounds[1:] - bounds[:-1]
-    bad, longest = torch.stack((bad.to(torch.int64), counts.max())).tolist()  # one synchronization
-    if bad:
-        raise _index_error(op, c)
+    seg = _piece_length(c.L)  # no destination has more than L contributions
+    if _capturing(dev):
+        # Nothing can be read back: pieces whenever some destination could need them (the same
+        # pieces, so the same bits, as an eager call); out-of-range values were keyed n_dest.
+        has_pieces = c.L > seg
+    else:
+        bad, longest = torch.stack((bad.to(torch.int64), counts.max())).tolist()  # one synchronization
+        if bad:
+            raise _index_error(op, c)
+        has_pieces = longest > seg
     if c.full:
         inp3 = input.reshape(c.outer, c.N, c.W)
         out3, tmp, view = out.view(c.outer, c.N, c.W), None, out
@@ -254,17 +299,11 @@ def _sorted_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alp
         out3, tmp, view = _out_view(out, c)
         inp3 = out3  # each element is read and written by the same program
     s = c.src
-    seg = _piece_length(longest)
-    has_pieces = longest > seg
     extra = first = part = bounds  # placeholders, never read without pieces
     n_pieces = 0
     if has_pieces:
-        extra = torch.where(counts > 0, (counts - 1) // seg, 0)
-        first = torch.cumsum(extra, 0) - extra
-        n_pieces = int(extra.sum())
-        q = torch.repeat_interleave(torch.arange(n_dest, device=dev), extra, output_size=n_pieces)
-        a = bounds[q] + (torch.arange(n_pieces, device=dev) - first[q] + 1) * seg
-        pieces = torch.stack((q, a, torch.minimum(a + seg, bounds[q + 1])), dim=1).contiguous()
+        n_pieces = keys.numel() // seg
+        extra, first, pieces = _pieces(bounds, counts, seg, n_pieces)
         n_bg = 1 if batched else B
         part = torch.empty((n_bg * n_pieces, width), dtype=torch.float32, device=dev)
         block_i = min(next_pow2(width), SORTED_MAX_BLOCK_I)

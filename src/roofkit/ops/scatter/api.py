@@ -117,16 +117,23 @@ def scatter_add(
         IndexError: ``dim`` out of range; index values outside [0, input.size(dim)) (checked on
             the device, one host synchronization per call: for rows at least 8 wide a separate
             check before any add, the wait hidden behind the copy of input; else at the end).
+            Not under CUDA-graph capture (``torch.cuda.is_current_stream_capturing()``), where the
+            host can neither wait nor read the device: there the index is not checked and an
+            out-of-range value is skipped (its contribution dropped, its gradient 0) by the
+            captured kernels at every replay, without an error; nothing outside input, src and
+            the output is ever read or written. Validate indices before capturing.
     Numerics:
         Atomic path: each contribution is added atomically in input's dtype (as torch does), in
         an unspecified order (not bitwise reproducible); float16 / bfloat16 destinations with at
         least as many contributions as destinations (L >= N along ``dim``) accumulate in a
         float32 copy instead, rounded once. Deterministic path: each destination's
-        contributions are summed in float32 in index order (a destination with more than
-        ``SPLIT_MIN`` of them: in fixed pieces, combined in order) and added to input with one
-        rounding (more accurate than torch for float16/bfloat16); bitwise reproducible.
+        contributions are summed in float32 in index order (a destination with more of them
+        than the piece length, max(``SPLIT_MIN`` = 256, the power of two at or above isqrt(L))
+        for L index entries along ``dim``: in pieces of that length, combined in order) and
+        added to input with one rounding (more accurate than torch for float16/bfloat16);
+        bitwise reproducible, and a CUDA-graph replay gives the same bits as an eager call.
         Backward: grad_input = grad, grad_src = grad gathered at index (zero outside index's
-        extent, where torch refuses); first order only.
+        extent, where torch refuses); first order only; no host synchronization.
     Cost:
         Reads input, the src elements under index and the index once, writes the output once;
         one add per index element (``scatter_add_cost``). The atomic path writes the output twice
@@ -134,7 +141,9 @@ def scatter_add(
         keys (torch.sort; int32 keys when they fit), per-destination segment bounds
         (torch.searchsorted) and gathers of src in sorted order; with an index that varies along
         the trailing dimensions it sorts one key per element and writes destinations with the
-        stride of the trailing dimensions (a general fallback, not a fast path).
+        stride of the trailing dimensions (a general fallback, not a fast path). Under
+        CUDA-graph capture the pieces' pass runs whenever L exceeds the piece length (the host
+        cannot know whether a destination does; an empty piece slot costs one short program).
     Source:
         torch.Tensor.scatter_add_ (semantics); segmented reduction over sorted keys (Blelloch 1990).
     """
@@ -187,6 +196,11 @@ def index_add(
         IndexError: ``dim`` out of range; index values outside [0, input.size(dim)) (checked on
             the device, one host synchronization per call: for rows at least 8 wide a separate
             check before any add, the wait hidden behind the copy of input; else at the end).
+            Not under CUDA-graph capture (``torch.cuda.is_current_stream_capturing()``), where the
+            host can neither wait nor read the device: there the index is not checked and an
+            out-of-range value is skipped (its contribution dropped, its gradient 0) by the
+            captured kernels at every replay, without an error; nothing outside input, source
+            and the output is ever read or written. Validate indices before capturing.
     Numerics:
         As :func:`scatter_add`; alpha multiplies each source element (atomic path) or each
         destination's float32 sum (deterministic path). Backward: grad_input = grad,

@@ -235,6 +235,12 @@ INDEX_ADD_SUITES = {
         case("1d_L64Mi_into_1Mi", shape=(_MI,), L=64 * _MI, dtypes=_F32),
         case("1d_L64Mi_into_1Mi_deterministic", shape=(_MI,), L=64 * _MI, dtypes=_F32, deterministic=True),
     ],
+    # host: one decoding step's mixture-of-experts combine (8 tokens, top-2: 16 expert rows of 4096
+    # added back into their tokens), where the host's cost per call is the time.
+    "host": [
+        case("moe_combine_8x4096_top2", shape=(8, 4096), L=16, index="repeat", dtypes=_BF16),
+        case("moe_combine_8x4096_top2_fwd_bwd", shape=(8, 4096), L=16, index="repeat", dtypes=_BF16, mode="fwd_bwd"),
+    ],
 }
 
 SCATTER_ADD_CASES = [
@@ -306,6 +312,14 @@ SCATTER_ADD_SUITES = {
              index_layout="expanded", dist="ties", dtypes=_F32),
         case("same_destination_rows_65536x64_deterministic", shape=(4096, 64), index_shape=(65536, 64), index="same",
              index_layout="expanded", dist="ties", dtypes=_F32, deterministic=True),
+    ],
+    # host: one decoding step's mixture-of-experts combine (8 tokens, top-2), where the host's cost
+    # per call is the time.
+    "host": [
+        case("moe_combine_8x4096_top2", shape=(8, 4096), index_shape=(16, 4096), index="repeat",
+             index_layout="expanded", dtypes=_BF16),
+        case("moe_combine_8x4096_top2_fwd_bwd", shape=(8, 4096), index_shape=(16, 4096), index="repeat",
+             index_layout="expanded", dtypes=_BF16, mode="fwd_bwd"),
     ],
 }
 
