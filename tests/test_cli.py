@@ -114,3 +114,20 @@ def test_interpreter_switch_reads_the_variable_as_triton_does(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", v)
         assert interpreter_active() == getenv_bool("TRITON_INTERPRET", False), v
 
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_cli_tune_without_gpu_exits_2_and_says_tuning_needs_a_gpu(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ROOFKIT_CACHE_DIR", str(tmp_path))
+    assert main(["tune"]) == 2
+    assert main(["tune", "matmul", "--suite", "acceptance"]) == 2
+    out = capsys.readouterr().out
+    assert out.count("roofkit tune: tuning needs a CUDA GPU") == 2 and "nothing was tuned or written" in out
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_tune_names_a_case_the_suite_does_not_hold(capsys):
+    # Checked before the GPU: a typo is reported as such on any machine.
+    assert main(["tune", "matmul", "--cases", "no_such_case"]) == 2
+    out = capsys.readouterr().out
+    assert "no case named no_such_case in suite 'llama3-8b' of matmul" in out and "qkv_8192x6144x4096" in out

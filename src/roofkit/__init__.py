@@ -22,5 +22,6 @@ def __getattr__(name):
     if name in _OPS:
         from . import ops
 
-        return getattr(ops, name)
+        value = globals()[name] = getattr(ops, name)  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'roofkit' has no attribute {name!r}")

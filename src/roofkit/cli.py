@@ -1,4 +1,4 @@
-"""roofkit command line: ``list | verify | bench | device | report``, a thin shell over the harness."""
+"""roofkit command line: ``list | verify | bench | tune | device | report``, a thin shell over the harness."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-SUITES = ("llama3-8b", "llama3-70b", "gpt2", "edge", "acceptance", "dlrm")
+SUITES = ("llama3-8b", "llama3-70b", "gpt2", "edge", "acceptance", "dlrm", "host")
 
 
 def _setup_backend() -> bool:
@@ -158,6 +158,8 @@ def cmd_bench(args) -> int:
         )
         ignored = [flag for flag, used in (("--suite", args.suite != "llama3-8b"), ("--providers", args.providers),
                                            ("--cases", args.cases), ("--l2", args.l2 != "cold"), ("--graph", args.graph),
+                                           ("--calls", args.calls != 2000),
+                                           ("--graph-calls", args.graph_calls is not None),
                                            ("--out", args.out != "roofkit-out")) if used]
         console.print("Nothing is written" + (f"; ignored without a GPU: {' '.join(ignored)}." if ignored else "."))
         ok = _run_verify(specs, quick=True, seeds=3, console=console)
@@ -167,10 +169,10 @@ def cmd_bench(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from roofkit.harness import roofline
-    from roofkit.harness.bench import bench_case, bench_items
+    from roofkit.harness.bench import HOST_SUITE, HostOptions, bench_case, bench_items
     from roofkit.harness.device import environment, load_ceilings
     from roofkit.harness.record import write_results
-    from roofkit.harness.report import results_table
+    from roofkit.harness.report import host_table, results_table, write_host_csv
 
     import dataclasses
 
@@ -182,6 +184,15 @@ def cmd_bench(args) -> int:
         f"measured ceilings: {ceilings.copy_gbps:.0f} GB/s copy, {ceilings.read_gbps:.0f} GB/s read, "
         + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.matmul_tflops.items()) + " TFLOP/s"
     )
+    host = None
+    if args.suite == HOST_SUITE:
+        if args.calls < 1 or (args.graph_calls is not None and args.graph_calls < 1):
+            console.print("[red]roofkit bench: --calls and --graph-calls must be at least 1[/red]")
+            return 2
+        host = HostOptions(calls=args.calls, graph_calls=args.graph_calls)
+        if args.l2 != "cold" or args.graph:
+            console.print("--l2 and --graph do not apply to the host suite "
+                          "(nothing is flushed; the graph replay is always timed)")
     items = bench_items(specs, args.suite)
     if args.cases:
         items = [it for it in items if it[1].name in args.cases]
@@ -193,21 +204,73 @@ def cmd_bench(args) -> int:
         task = prog.add_task("bench", total=len(items))
         for spec, case, dtype in items:
             prog.update(task, description=f"{spec.name} {case.name} {str(dtype).removeprefix('torch.')}")
-            records += bench_case(spec, case, dtype, ceilings, providers=args.providers, l2=args.l2, graph=args.graph, device=device)
+            records += bench_case(spec, case, dtype, ceilings, providers=args.providers, l2=args.l2, graph=args.graph,
+                                  device=device, host=host)
             prog.advance(task)
     out = Path(args.out)
     paths = write_results(out, records, env, dataclasses.asdict(ceilings))
-    roofline.plot([dataclasses.asdict(r) for r in records], ceilings, out / "roofline.png", title=f"roofkit bench --suite {args.suite}")
-    console.print(results_table(records, title=f"roofkit bench --suite {args.suite} ({env['gpu']}, {args.l2} L2)"))
+    if host is not None:
+        # Host rows have no device time to place on the roofline: the wide table and CSV instead.
+        extra = write_host_csv(out / "host.csv", records)
+        title = f"roofkit bench --suite host ({env['gpu']}, {host.calls} calls per run)"
+        console.print(host_table(records, title=title))
+    else:
+        extra = out / "roofline.png"
+        roofline.plot([dataclasses.asdict(r) for r in records], ceilings, extra,
+                      title=f"roofkit bench --suite {args.suite}")
+        console.print(results_table(records, title=f"roofkit bench --suite {args.suite} ({env['gpu']}, {args.l2} L2)"))
     skipped = sorted({(r.provider, r.status) for r in records if r.status.startswith("skipped")})
     for prov, status in skipped:
         console.print(f"provider {prov}: {status}")
     bad = [r for r in records if r.status == "ok" and r.verified is False]
     for r in bad:
         console.print(f"[red]unverified[/red] {r.op} {r.case} {r.provider}: {r.verify_detail}")
-    console.print(f"wrote {paths['json']}, {paths['csv']}, {out / 'roofline.png'}")
+    console.print(f"wrote {paths['json']}, {paths['csv']}, {extra}")
     ours_bad = [r for r in bad if r.provider == "roofkit"]
     return 1 if ours_bad else 0
+
+
+def cmd_tune(args) -> int:
+    import torch
+
+    from roofkit.harness.tune import cache_files, environment_note, tune_case, tune_items, tune_table
+
+    console = _console()
+    specs = _select_specs(args.ops)
+    try:
+        items, untunable = tune_items(specs, args.suite, args.cases)
+    except ValueError as exc:
+        console.print(f"[red]roofkit tune: {exc}[/red]")
+        return 2
+    if not torch.cuda.is_available():
+        console.print("[bold red]roofkit tune: tuning needs a CUDA GPU[/bold red] (candidate configurations are run "
+                      "and timed on the device); none was found, so nothing was tuned or written. Without tuned "
+                      "configurations the ops use their documented defaults.")
+        return 2
+    for name in untunable:
+        console.print(f"{name}: nothing to tune (no autotuner)")
+    if not items:
+        tunable = [s.name for s in specs if s.tuners]
+        console.print("nothing to tune" if not tunable else
+                      f"[red]no cases in suite {args.suite!r} for {', '.join(tunable)}[/red]")
+        return 0 if not tunable else 1
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as prog:
+        task = prog.add_task("tune", total=len(items))
+        results = []
+        for spec, case, dtype in items:
+            prog.update(task, description=f"{spec.name} {case.name} {str(dtype).removeprefix('torch.')}")
+            results.append(tune_case(spec, case, dtype, device))
+            prog.advance(task)
+    console.print(tune_table(results, title=f"roofkit tune --suite {args.suite} ({torch.cuda.get_device_name(device)})"))
+    console.print("cache: " + ", ".join(map(str, cache_files(specs, device))))
+    note = environment_note()
+    if note:
+        console.print(f"[yellow]{note}[/yellow]")
+    return 0 if all(r.ok for r in results) else 1
 
 
 def cmd_device(args) -> int:
@@ -264,7 +327,7 @@ def cmd_device(args) -> int:
 
 def cmd_report(args) -> int:
     from roofkit.harness.record import load_results
-    from roofkit.harness.report import compare_runs, comparison_table, results_table
+    from roofkit.harness.report import compare_runs, comparison_table, host_table, results_table, split_host
 
     console = _console()
     try:
@@ -274,7 +337,11 @@ def cmd_report(args) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         console.print(f"[red]roofkit report: cannot read a results.json: {type(exc).__name__}: {exc}[/red]")
         return 2
-    console.print(results_table(recs, title=f"{args.results} ({env.get('gpu')}, {env.get('date')})"))
+    device_recs, host_recs = split_host(recs)
+    if device_recs or not host_recs:
+        console.print(results_table(device_recs, title=f"{args.results} ({env.get('gpu')}, {env.get('date')})"))
+    if host_recs:
+        console.print(host_table(host_recs, title=f"{args.results}: host suite ({env.get('gpu')}, {env.get('date')})"))
     if args.other:
         rows = compare_runs(recs, recs2)
         console.print(comparison_table(rows, title=f"new: {args.other} vs old: {args.results} (ratio = new/old)"))
@@ -303,16 +370,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="verify, time and place every provider on a suite's shapes")
     s.add_argument("ops", nargs="*")
-    s.add_argument("--suite", default="llama3-8b", choices=SUITES, help="shapes to time (default: llama3-8b)")
+    s.add_argument("--suite", default="llama3-8b", choices=SUITES,
+                   help="shapes to time (default: llama3-8b); host: decode-sized shapes timed by what a call costs "
+                        "the host (wall time per call of back-to-back calls, and of a CUDA graph of them)")
     s.add_argument("--providers", nargs="+", help="subset of providers (roofkit, torch, torch.compile, liger, flaggems, and op-specific ones: "
                    "see `roofkit list OPS --providers`)")
     s.add_argument("--cases", nargs="+", help="only these case names of the suite")
     s.add_argument("--l2", default="cold", choices=("cold", "warm"),
                    help="cold: 2x the L2 size written before every timed call (default); warm: not")
     s.add_argument("--graph", action="store_true", help="time CUDA-graph replays")
+    s.add_argument("--calls", type=int, default=2000,
+                   help="host suite: back-to-back calls per timed run, followed by one synchronize (default: 2000)")
+    s.add_argument("--graph-calls", type=int, default=None,
+                   help="host suite: calls held by the replayed CUDA graph (default: as many as --calls)")
     s.add_argument("--out", default="roofkit-out",
                    help="folder for results.json, results.csv, roofline.png (default: roofkit-out)")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("tune", help="tune launch configurations on a suite's shapes into the keyed cache that later calls "
+                       "read (needs a GPU; exit 2 without one)")
+    s.add_argument("ops", nargs="*")
+    s.add_argument("--suite", default="llama3-8b", choices=SUITES, help="shapes to tune (default: llama3-8b)")
+    s.add_argument("--cases", nargs="+", help="only these case names of the suite")
+    s.set_defaults(func=cmd_tune)
 
     s = sub.add_parser("device", help="this GPU's facts and measured ceilings, datasheet beside")
     s.add_argument("--measure", action="store_true", help="measure now (and cache)")

@@ -476,3 +476,61 @@ def test_variant_over_2pow31_elements(variant, monkeypatch):
     values, count = compact(x, m)
     want = x[m]
     assert int(count) == want.numel() and torch.equal(values[: int(count)], want)
+
+
+# ----------------------------------------------------------------------------- CUDA-graph capture
+# Without a GPU the capture is simulated: ``compact_module._capturing`` answers True (see
+# tests/ops/test_scatter.py for why not torch.cuda.is_current_stream_capturing itself);
+# tests/test_cuda_graphs.py captures for real.
+
+_CAPTURE_ERROR = (r"roofkit\.masked_select: {} cannot be captured in a CUDA graph: the output's size depends on the "
+                  r"mask's values.*roofkit\.compact\(input, mask\) -> \(values, count\)")
+
+
+def test_masked_select_refuses_capture_with_a_pointer_to_compact(monkeypatch, device):
+    x = torch.randn(5, 40, generator=_gen(20)).to(device)
+    m = _mask((5, 40), 0.5, device, seed=21)
+    monkeypatch.setattr(compact_module, "_capturing", lambda dev: True)
+    # An empty input too: whether a call captures does not depend on its size.
+    for xs, ms in ((x, m), (x[:0], m[:0])):
+        with pytest.raises(RuntimeError, match=_CAPTURE_ERROR.format("the call")):
+            masked_select(xs, ms)
+
+
+def test_masked_select_backward_refuses_capture(monkeypatch, device):
+    # Forward eager, backward captured: a replay could see another mask than the one that sized
+    # grad (and read grad past its end), so the backward refuses too.
+    x = torch.randn(5, 40, generator=_gen(22)).to(device).requires_grad_(True)
+    out = masked_select(x, _mask((5, 40), 0.5, device, seed=23))
+    monkeypatch.setattr(compact_module, "_capturing", lambda dev: True)
+    with pytest.raises(RuntimeError, match=_CAPTURE_ERROR.format("the backward")):
+        torch.autograd.grad(out, x, torch.ones_like(out))
+
+
+@pytest.mark.parametrize("variant", ("lookback",) + _NEW_VARIANTS)
+def test_compact_under_capture_reads_nothing_back_forward_and_backward(variant, monkeypatch, device):
+    monkeypatch.setattr(compact_module, "VARIANT", variant)
+    x = torch.randn(7, 300, generator=_gen(24)).to(device).requires_grad_(True)
+    m = _mask((7, 300), 0.4, device, seed=25)
+    dv = torch.randn(2100, generator=_gen(26)).to(device)
+
+    def run():
+        values, count = compact(x, m)
+        return values, count, torch.autograd.grad(values, x, dv)[0]
+
+    want = run()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("host read of a device value or synchronization while capturing a CUDA graph")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(compact_module, "_capturing", lambda dev: True)
+        for name in ("item", "tolist", "__int__", "__bool__", "__index__", "__float__"):
+            mp.setattr(torch.Tensor, name, refuse)
+        mp.setattr(torch.cuda, "synchronize", refuse)
+        mp.setattr(torch.cuda.Event, "synchronize", refuse)
+        mp.setattr(torch.cuda.Stream, "synchronize", refuse)
+        values, count, g = run()
+    k = int(count)
+    assert k == int(want[1]) == int(m.sum())
+    assert torch.equal(_bits(values[:k]), _bits(want[0][:k])) and torch.equal(g, want[2])

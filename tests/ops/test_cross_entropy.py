@@ -168,7 +168,8 @@ def test_cross_entropy_allocates_no_float32_logit_sized_buffer(monkeypatch, devi
         assert big == [(torch.bfloat16, m * c)], big  # the gradient, nothing else
 
 
-def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_launch, device):
+def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_launch, monkeypatch, device):
+    monkeypatch.setattr(ce_module, "SYNC_TARGET_CHECK", True)  # the IndexError below, on a GPU too
     for name in _KERNELS:
         forbid_launch(ce_module, name)
     if ce_module._ce_smem is not None:
@@ -191,7 +192,8 @@ def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_l
 
 
 @pytest.mark.parametrize("bad", [7, -1, 1 << 40])
-def test_cross_entropy_out_of_range_target_raises_index_error(bad, device):
+def test_cross_entropy_out_of_range_target_raises_index_error(bad, monkeypatch, device):
+    monkeypatch.setattr(ce_module, "SYNC_TARGET_CHECK", True)  # on a GPU: ROOFKIT_CE_CHECK_TARGETS=1
     x = _x((5, 7), device)
     t = torch.tensor([1, -100, bad, 3, bad], device=device)
     for requires_grad in (False, True):
@@ -200,6 +202,22 @@ def test_cross_entropy_out_of_range_target_raises_index_error(bad, device):
         msg = str(info.value)
         assert "roofkit.cross_entropy" in msg and "target" in msg and "[0, 7)" in msg
         assert "2 do not" in msg and f"position 2: {bad}" in msg
+
+
+@pytest.mark.gpu
+def test_cross_entropy_out_of_range_target_on_gpu_gives_nan_without_waiting(monkeypatch):
+    # By default a GPU call never reads back to the host (it captures in a CUDA graph): the
+    # out-of-range rows give NaN, the others their loss.
+    monkeypatch.setattr(ce_module, "SYNC_TARGET_CHECK", False)
+    x = _x((5, 7), "cuda")
+    t = torch.tensor([1, -100, 7, 3, -1], device="cuda")
+    loss = cross_entropy(x, t, reduction="none")
+    assert torch.isnan(loss[[2, 4]]).all() and torch.isfinite(loss[[0, 1, 3]]).all()
+    assert torch.isnan(cross_entropy(x, t))
+    x0 = torch.empty((3, 0), device="cuda")
+    t0 = torch.tensor([-100, 0, -100], device="cuda")
+    assert torch.isnan(cross_entropy(x0, t0, reduction="none")).tolist() == [False, True, False]
+    assert torch.isnan(cross_entropy(x0, t0, reduction="sum"))
 
 
 @pytest.mark.parametrize(

@@ -116,3 +116,63 @@ def test_rms_norm_cost_counts_five_passes_for_fwd_bwd():
     assert rms_module.rms_norm_cost(c, torch.bfloat16).bytes == (2 * 48 + 8) * 2
     fb = case("t", shape=(2, 3, 8), mode="fwd_bwd")
     assert rms_module.rms_norm_cost(fb, torch.bfloat16).bytes == (5 * 48 + 3 * 8) * 2
+
+
+@pytest.mark.gpu
+def test_rms_norm_eager_plans_match_the_checked_path():
+    # Repeated inference calls launch a kept plan (no checks, the compiled kernel directly): every
+    # call must give the checked path's bits, also when a call differs from a kept plan only in
+    # what the plan key must separate (weight layout, alignment, eps, dtype, no weight).
+    rms_module._PLANS.clear()
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    buf = torch.randn(8 * 4096 + 8, generator=g, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(4096, generator=g, device=dev, dtype=torch.bfloat16)
+    w_strided = torch.randn(4096, 2, generator=g, device=dev, dtype=torch.bfloat16)[:, 0]
+    calls = [
+        (buf[:8 * 4096].view(8, 4096), w, None),
+        (buf[1:1 + 8 * 4096].view(8, 4096), w, None),  # 2-byte offset: another specialization
+        (buf[:8 * 4096].view(8, 4096), w_strided, None),  # same shapes, strided weight
+        (buf[:8 * 4096].view(8, 4096), None, 1e-3),
+        (buf[:8 * 4096].view(2, 4, 4096).float(), w.float(), None),
+    ]
+    for _ in range(3):
+        for x, weight, eps in calls:
+            got = roofkit.rms_norm(x, (4096,), weight, eps)
+            want, _ = rms_module._rms_norm_fwd_op(x, None if weight is None else weight.contiguous(),
+                                                   rms_module.DEFAULT_EPS if eps is None else eps)
+            assert torch.equal(got, want)
+    assert len(rms_module._PLANS) == 4  # the strided weight is checked every time (no plan)
+    # Inside a CUDA graph: the plan launches on the capturing stream and replays.
+    x = buf[:8 * 4096].view(8, 4096)
+    roofkit.rms_norm(x, (4096,), w)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = roofkit.rms_norm(x, (4096,), w)
+    x.copy_(torch.randn(8, 4096, generator=g, device=dev, dtype=torch.bfloat16))
+    graph.replay()
+    assert torch.equal(y, rms_module._rms_norm_fwd_op(x, w, rms_module.DEFAULT_EPS)[0])
+
+
+@pytest.mark.gpu
+def test_rms_norm_planned_backward_matches_the_checked_path():
+    # Training calls through kept plans (forward with rstd, bound backward launches) give the
+    # checked custom-op path's bits for y, dx and dweight, with and without a weight, repeatedly.
+    rms_module._PLANS.clear()
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(1)
+    for dtype, with_weight in ((torch.bfloat16, True), (torch.float32, True), (torch.bfloat16, False)):
+        for _ in range(3):
+            x = torch.randn(8, 4096, generator=g, device=dev, dtype=dtype).requires_grad_(True)
+            w = torch.randn(4096, generator=g, device=dev, dtype=dtype).requires_grad_(True) if with_weight else None
+            dy = torch.randn(8, 4096, generator=g, device=dev, dtype=dtype)
+            y = roofkit.rms_norm(x, (4096,), w)
+            grads = torch.autograd.grad(y, (x, w) if with_weight else (x,), dy)
+            xr = x.detach().clone().requires_grad_(True)
+            wr = w.detach().clone().requires_grad_(True) if with_weight else None
+            yr, _ = rms_module._rms_norm_fwd_op.custom(xr, wr, rms_module.DEFAULT_EPS)
+            want = torch.autograd.grad(yr, (xr, wr) if with_weight else (xr,), dy)
+            assert torch.equal(y, yr)
+            for got, ref in zip(grads, want):
+                assert torch.equal(got, ref)
+    assert any(k[0] for k in rms_module._PLANS)  # the training calls did go through plans

@@ -60,9 +60,15 @@ def copy_to_host_async(t: torch.Tensor):
     return host, ready
 
 
+# Whether the kernels defined by this import run through Triton's interpreter: Triton decides it
+# when a kernel is defined, so it is read once here, not per call (an environment read per launch
+# costs microseconds on the host path).
+INTERPRETED = interpreter_active()
+
+
 def bf16_rne(dtype: torch.dtype) -> bool:
     """Whether kernels must round bfloat16 stores by hand (see ``_jit._round_for_store``)."""
-    return dtype == torch.bfloat16 and interpreter_active()
+    return dtype == torch.bfloat16 and INTERPRETED
 
 
 def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES) -> None:
@@ -116,6 +122,8 @@ def row_view(t: torch.Tensor, dim: int) -> torch.Tensor | None:
 
 def rows_of(t: torch.Tensor, dim: int) -> torch.Tensor:
     """A 2-D (rows, N) tensor holding ``t`` with ``dim`` last: a view when strides allow, else a copy."""
+    if (dim == -1 or dim == t.dim() - 1) and t.is_contiguous() and t.dim():
+        return t.view(-1, t.shape[-1])  # the common case, without movedim's cost on the host path
     v = row_view(t, dim)
     if v is not None:
         return v
@@ -128,7 +136,15 @@ def needs_int64(*extents: int) -> bool:
 
 
 def next_pow2(n: int) -> int:
-    return triton.next_power_of_2(max(int(n), 1))
+    """The smallest power of two >= n (1 for n <= 1), in plain integer arithmetic (Triton 3.6's
+    ``triton.next_power_of_2`` / ``triton.cdiv`` are jit-wrapped: ~2 us per host call)."""
+    n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for integers, on the host (see ``next_pow2``)."""
+    return -(-a // b)
 
 
 @functools.lru_cache(maxsize=None)

@@ -24,13 +24,17 @@ parallel split-K", the last-arriving program doing the reduction as in stream-K 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
 import triton.language as tl
 
-from ._common import bf16_rne, interpreter_active, sm_count
+from ._common import INTERPRETED, bf16_rne, cdiv, interpreter_active, sm_count
 from ._jit import _round_for_store
+from ._runtime import cached_launch
+
+_LAUNCHES: dict = {}
 
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 MAX_GRID_Y = 65535  # CUDA's limit on the grid's second axis: larger batches launch in chunks
@@ -294,7 +298,7 @@ def input_precision(dtype: torch.dtype) -> str:
 def upcast(dtype: torch.dtype) -> bool:
     """bf16 tiles go through tl.dot as fp32 under the interpreter (it cannot multiply bf16: it
     treats the bit patterns as integers); on the GPU they stay bf16."""
-    return dtype == torch.bfloat16 and interpreter_active()
+    return dtype == torch.bfloat16 and INTERPRETED
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
@@ -327,6 +331,7 @@ def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int):
     return TensorDescriptor(tt, list(tt.shape), [tt.stride(0), 1], [block_cols, block_rows]), True
 
 
+@functools.lru_cache(maxsize=None)
 def tma_supported(device: torch.device) -> bool:
     """Tensor descriptors: Hopper or newer on CUDA; the interpreter emulates them."""
     if device.type == "cuda":
@@ -342,7 +347,7 @@ def launch_tma(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
     b = _aligned(b)
     a_desc, a_t = _descriptor(a, cfg.BLOCK_M, cfg.BLOCK_K)
     b_desc, b_t = _descriptor(b, cfg.BLOCK_K, cfg.BLOCK_N)
-    tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
+    tiles = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N)
     grid = min(tiles, sm_count(a.device) * cfg.ctas_per_sm) if cfg.persistent else tiles
     cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
     e = out.element_size()
@@ -351,35 +356,35 @@ def launch_tma(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         out_desc = TensorDescriptor(out, list(out.shape), [out.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N // cfg.epilogue_split])
-    _matmul_tma_kernel[(grid,)](
-        a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out, out,
-        m, n, k, float(alpha), float(beta), *cs, out.stride(0), out.stride(1), grid,
+    cached_launch(
+        _LAUNCHES, _matmul_tma_kernel, grid,
         A_T=a_t, B_T=b_t, UPCAST=upcast(a.dtype), HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act,
         INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=bf16_rne(out.dtype), WARP_SPECIALIZE=cfg.warp_specialize, FLATTEN=cfg.flatten, EPILOGUE_SPLIT=cfg.epilogue_split, OUT_DESC=out_desc is not None,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    )(a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out, out,
+      m, n, k, float(alpha), float(beta), *cs, out.stride(0), out.stride(1), grid)
 
 
 def launch_ptr(cfg: Config, a3, b3, c3, bias, o3, alpha, beta, act: int):
     """(batch, M, K) @ (batch, K, N) -> o3 (batch, M, N); any strides (batch stride 0 = shared)."""
     nb, m, k = a3.shape
     n = b3.shape[2]
-    tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
+    tiles = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N)
     for b0 in range(0, nb, MAX_GRID_Y):
         b1 = min(nb, b0 + MAX_GRID_Y)
         ca, cb, co = a3[b0:b1], b3[b0:b1], o3[b0:b1]
         cc = c3[b0:b1] if c3 is not None else ca
         cs = cc.stride() if c3 is not None else (0, 0, 0)
-        _matmul_kernel[(tiles, b1 - b0)](
-            ca, cb, cc, bias if bias is not None else ca, co, ca, ca, m, n, k, float(alpha), float(beta), k,
-            cfg.BLOCK_K * ca.stride(2), cfg.BLOCK_K * cb.stride(1),
-            *ca.stride(), *cb.stride(), *cs, *co.stride(),
+        cached_launch(
+            _LAUNCHES, _matmul_kernel, (tiles, b1 - b0),
             HAS_C=c3 is not None, HAS_BIAS=bias is not None, ACTIVATION=act, PARTIAL=False,
             INPUT_PRECISION=input_precision(a3.dtype), BF16_RNE=bf16_rne(o3.dtype), UPCAST=upcast(a3.dtype),
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
+        )(ca, cb, cc, bias if bias is not None else ca, co, ca, ca, m, n, k, float(alpha), float(beta), k,
+          cfg.BLOCK_K * ca.stride(2), cfg.BLOCK_K * cb.stride(1),
+          *ca.stride(), *cb.stride(), *cs, *co.stride())
 
 
 _LOCKS: dict[tuple[torch.device, int], torch.Tensor] = {}
@@ -404,18 +409,18 @@ def launch_split_k(cfg: Config, a, b, c, bias, out, alpha, beta, act: int):
     order with the epilogue (deterministic)."""
     m, k = a.shape
     n = b.shape[1]
-    chunk = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.BLOCK_K) * cfg.BLOCK_K
-    splits = triton.cdiv(k, chunk)
+    chunk = cdiv(cdiv(k, cfg.split_k), cfg.BLOCK_K) * cfg.BLOCK_K
+    splits = cdiv(k, chunk)
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
-    tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
+    tiles = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N)
     locks = _tile_locks(a.device, tiles)
     cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
-    _matmul_kernel[(tiles, splits)](
-        a, b, c if c is not None else a, bias if bias is not None else a, out, ws, locks, m, n, k, float(alpha), float(beta),
-        chunk, cfg.BLOCK_K * a.stride(1), cfg.BLOCK_K * b.stride(0),
-        0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1), 0, *cs, 0, out.stride(0), out.stride(1),
+    cached_launch(
+        _LAUNCHES, _matmul_kernel, (tiles, splits),
         HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, PARTIAL=True,
         INPUT_PRECISION=input_precision(a.dtype), BF16_RNE=bf16_rne(out.dtype), UPCAST=upcast(a.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    )(a, b, c if c is not None else a, bias if bias is not None else a, out, ws, locks, m, n, k, float(alpha), float(beta),
+      chunk, cfg.BLOCK_K * a.stride(1), cfg.BLOCK_K * b.stride(0),
+      0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1), 0, *cs, 0, out.stride(0), out.stride(1))

@@ -42,7 +42,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._common import device_index, interpreter_active, registers_per_sm, shared_memory_limits, sm_count
+from ._common import cdiv, device_index, interpreter_active, registers_per_sm, shared_memory_limits, sm_count
+from ._runtime import cached_launch
 
 # TMA copies under the names Triton 3.9 keeps (async_load / async_store); 3.6 has only the older
 # names (same arguments), which 3.9 turned into errors.
@@ -379,6 +380,7 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.floa
 # Specializations (constexprs, operand layouts, tile, dtypes, device) built once / that failed to build.
 _BUILT: set = set()
 FAILED: set = set()
+_LAUNCHES: dict = {}
 
 
 def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
@@ -446,7 +448,7 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     n = b.shape[1]
     idx = device_index(a.device)
     stages = ring_slots(cfg, a.element_size(), out.element_size(), shared_memory_limits(idx)[0])
-    tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N)
+    tiles = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N)
     grid = min(tiles, sm_count(a.device))
     cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
     launch_regs, consumer_regs, producer_regs = register_split(registers_per_sm(idx))
@@ -487,5 +489,5 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
         warnings.warn(f"roofkit.matmul: the ping-pong kernel did not build with this Triton / device "
                       f"({type(e).__name__}: {str(e)[:200]}); using the Triton kernels", RuntimeWarning, stacklevel=3)
         return False
-    _matmul_ws_kernel[(grid, )](*args, **kw)
+    cached_launch(_LAUNCHES, _matmul_ws_kernel, grid, **kw)(*args)
     return True

@@ -477,6 +477,12 @@ def _launch(n: int, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int
     return m8, state, tiles, opts
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether the work queued now for ``device`` is being captured into a CUDA graph (where the
+    host can neither wait for the device nor read its memory). CPU work is never captured."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 _ARRIVALS: dict = {}
 
 
@@ -484,7 +490,7 @@ def _arrivals(device: torch.device) -> torch.Tensor:
     """The count pass's arrival counter (int32), zero between launches: each launch's last program
     puts it back. One per (device, stream) on CUDA, so launches on different streams never share
     one; a fresh zeroed one under CUDA-graph capture (captured as a memset) and on CPU."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+    if device.type != "cuda" or _capturing(device):
         return torch.zeros((1,), dtype=torch.int32, device=device)
     key = (device, torch.cuda.current_stream(device).cuda_stream)
     buf = _ARRIVALS.get(key)
@@ -569,7 +575,19 @@ def _compact_forward(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor | 
     return values, count
 
 
+def _refuse_capture(device: torch.device, what: str) -> None:
+    """masked_select's output size is data: refuse CUDA-graph capture with a pointer to compact."""
+    if _capturing(device):
+        raise RuntimeError(
+            f"roofkit.masked_select: {what} cannot be captured in a CUDA graph: the output's size depends "
+            "on the mask's values, which the host would have to read (a synchronization) during the capture "
+            "and which a replay may change. Use roofkit.compact(input, mask) -> (values, count) instead: "
+            "values[:count] holds the same elements and it needs no host synchronization"
+        )
+
+
 def _masked_select_forward(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    _refuse_capture(x.device, "the call")
     n = x.numel()
     if n == 0:
         return torch.empty((0,), dtype=x.dtype, device=x.device)
@@ -659,6 +677,9 @@ def _setup_context(ctx, inputs, output):
 
 def _masked_select_backward(ctx, grad):
     (mask,) = ctx.saved_tensors
+    # A replay could run with another mask in the saved buffer than the one that sized grad: the
+    # gather would read grad past its end.
+    _refuse_capture(grad.device, "the backward")
     return _masked_expand_op(grad, mask), None
 
 
@@ -708,6 +729,10 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError: input not a tensor of a supported dtype; mask not a bool tensor.
         ValueError: shapes that do not broadcast; tensors on different or unsupported devices.
+        RuntimeError: called, or its backward run, while the current CUDA stream is capturing a
+            CUDA graph (``torch.cuda.is_current_stream_capturing()``): the output's size depends on
+            the mask's values, which the host cannot read during a capture. Use :func:`compact`,
+            which captures.
     Numerics:
         Exact: values are moved as raw bits (NaN payloads, -0.0 and infinities survive);
         deterministic (atomics only hand out tiles and publish counts; no position depends on their
@@ -748,9 +773,11 @@ def compact(input: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torc
         int64 tensor on input's device (reading it on the host synchronizes; the call itself does
         not).
     Raises:
-        As :func:`masked_select`.
+        TypeError, ValueError: as :func:`masked_select`.
     Numerics:
         As :func:`masked_select`; the backward reads the first ``count`` gradient slots only.
+        Nothing is read back on the host, forward or backward: both capture in a CUDA graph
+        (the output sizes depend on the shapes only; a replay recomputes ``count``).
     Cost:
         As :func:`masked_select`, plus the 8-byte count.
     Source:
@@ -845,6 +872,12 @@ SUITES = {
     "acceptance": [
         case(f"64Mi_keep_{round(100 * k)}pct", shape=(64 * _MI,), keep=k, dtypes=_F32)
         for k in (0.0, 0.05, 0.5, 0.95, 1.0)
+    ],
+    # host: one decoding step's activations (8 tokens x 4096), where the host's cost per call is the
+    # time (the kept count is read back to the host by every provider, so none captures in a graph).
+    "host": [
+        case("activation_8x4096_keep_50pct", shape=(8, 4096), keep=0.5, dtypes=_BF16),
+        case("activation_8x4096_keep_50pct_fwd_bwd", shape=(8, 4096), keep=0.5, dtypes=_BF16, mode="fwd_bwd"),
     ],
 }
 

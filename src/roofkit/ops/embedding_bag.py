@@ -30,6 +30,7 @@ Blelloch, "Prefix sums and their applications" (1990) (segmented scan).
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import NamedTuple, Optional
@@ -43,12 +44,16 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
-                      needs_int64, next_pow2, on_input_device, sm_count)
+                      needs_int64, sm_count, cdiv, next_pow2)
 from ._jit import _round_for_store
+from ._runtime import Op, cached_launch
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 MODES = {"sum": 0, "mean": 1, "max": 2}
 MODE_SUM, MODE_MEAN, MODE_MAX = 0, 1, 2
+
+
+
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -145,11 +150,22 @@ def _warps_for(elems: int, per_thread: int) -> int:
     return min(8, next_pow2(max(1, elems // (32 * per_thread))))
 
 
+# The configurations below are cached per (their arguments, the SM count, the module's tunables):
+# the tunables are read per call so that setting them (tests monkeypatch them) still takes effect.
+# Bounded caches: the bag count and index count are part of the key.
+_CONFIG_CACHE = 4096
+
+
 def _fwd_single_config(avg_len: float, d: int, elem_size: int) -> FwdConfig:
     """Single-bag kernel (max mode): tiles of about FWD_TILE elements, the whole row when it fits
     (up to 8 KiB of it), then as many indices of the bag as fill the tile."""
+    return _fwd_single_config_of(avg_len, d, elem_size, FWD_TILE, FWD_MAX_BLOCK_L)
+
+
+@functools.lru_cache(maxsize=_CONFIG_CACHE)
+def _fwd_single_config_of(avg_len: float, d: int, elem_size: int, fwd_tile: int, fwd_max_block_l: int) -> FwdConfig:
     block_d = min(next_pow2(d), 8192 // elem_size)
-    block_l = min(next_pow2(math.ceil(avg_len)), max(1, FWD_TILE // block_d), FWD_MAX_BLOCK_L)
+    block_l = min(next_pow2(math.ceil(avg_len)), max(1, fwd_tile // block_d), fwd_max_block_l)
     return FwdConfig(block_l, block_d, _warps(block_l * block_d), 1)
 
 
@@ -157,12 +173,20 @@ def _fwd_config(avg_len: float, d: int, elem_size: int, num_bags: int, device: t
     """Steps kernel (sum, mean): [BLOCK_L, BLOCK_D] steps of about FWD_STEP_BYTES (up to 8 KiB
     of a row, BLOCK_L up to the average bag length), warps for FWD_ELEMS_PER_THREAD elements a
     thread, and BAGS bags per program so the grid makes about FWD_WAVES full waves."""
+    return _fwd_config_of(avg_len, d, elem_size, num_bags, sm_count(device), FWD_STEP_BYTES, FWD_MAX_BLOCK_L,
+                          FWD_ELEMS_PER_THREAD, MAX_PROGRAMS_PER_SM, FWD_WAVES)
+
+
+@functools.lru_cache(maxsize=_CONFIG_CACHE)
+def _fwd_config_of(avg_len: float, d: int, elem_size: int, num_bags: int, sms: int, fwd_step_bytes: int,
+                   fwd_max_block_l: int, fwd_elems_per_thread: int, max_programs_per_sm: int,
+                   fwd_waves: int) -> FwdConfig:
     block_d = min(next_pow2(d), 8192 // elem_size)
-    block_l = min(next_pow2(math.ceil(avg_len)), max(1, FWD_STEP_BYTES // (block_d * elem_size)), FWD_MAX_BLOCK_L)
-    warps = _warps_for(block_l * block_d, FWD_ELEMS_PER_THREAD)
-    per_sm = max(1, MAX_PROGRAMS_PER_SM // warps)
-    programs = FWD_WAVES * per_sm * sm_count(device) // triton.cdiv(d, block_d)
-    return FwdConfig(block_l, block_d, warps, max(1, triton.cdiv(num_bags, max(1, programs))))
+    block_l = min(next_pow2(math.ceil(avg_len)), max(1, fwd_step_bytes // (block_d * elem_size)), fwd_max_block_l)
+    warps = _warps_for(block_l * block_d, fwd_elems_per_thread)
+    per_sm = max(1, max_programs_per_sm // warps)
+    programs = fwd_waves * per_sm * sms // cdiv(d, block_d)
+    return FwdConfig(block_l, block_d, warps, max(1, cdiv(num_bags, max(1, programs))))
 
 
 def _bwd_config(n: int, d: int, device: torch.device) -> BwdConfig:
@@ -170,12 +194,20 @@ def _bwd_config(n: int, d: int, device: torch.device) -> BwdConfig:
     BWD_MAX_BLOCK_D columns and BWD_MAX_BLOCK_K rows), warps for BWD_ELEMS_PER_THREAD elements a
     thread, and spans of E = chunks * BLOCK_K sorted entries: as long as possible (fewer rows cut
     by span boundaries) while the grid still makes about BWD_WAVES full waves of the device."""
-    block_d = min(next_pow2(d), BWD_MAX_BLOCK_D)
-    block_k = max(1, min(BWD_MAX_BLOCK_K, BWD_STEP_BYTES // (4 * block_d), next_pow2(n)))
-    warps = _warps_for(block_k * block_d, BWD_ELEMS_PER_THREAD)
-    d_blocks = triton.cdiv(d, block_d)
-    want = max(1, BWD_WAVES * max(1, MAX_PROGRAMS_PER_SM // warps) * sm_count(device) // d_blocks)
-    chunks = max(1, min(BWD_MAX_CHUNKS, n // (block_k * want)))
+    return _bwd_config_of(n, d, sm_count(device), BWD_MAX_BLOCK_D, BWD_MAX_BLOCK_K, BWD_STEP_BYTES,
+                          BWD_ELEMS_PER_THREAD, BWD_WAVES, MAX_PROGRAMS_PER_SM, BWD_MAX_CHUNKS)
+
+
+@functools.lru_cache(maxsize=_CONFIG_CACHE)
+def _bwd_config_of(n: int, d: int, sms: int, bwd_max_block_d: int, bwd_max_block_k: int, bwd_step_bytes: int,
+                   bwd_elems_per_thread: int, bwd_waves: int, max_programs_per_sm: int,
+                   bwd_max_chunks: int) -> BwdConfig:
+    block_d = min(next_pow2(d), bwd_max_block_d)
+    block_k = max(1, min(bwd_max_block_k, bwd_step_bytes // (4 * block_d), next_pow2(n)))
+    warps = _warps_for(block_k * block_d, bwd_elems_per_thread)
+    d_blocks = cdiv(d, block_d)
+    want = max(1, bwd_waves * max(1, max_programs_per_sm // warps) * sms // d_blocks)
+    chunks = max(1, min(bwd_max_chunks, n // (block_k * want)))
     # Spans of a multiple of 16 entries keep every program's entry loads 16-byte aligned (vector
     # loads; Triton specializes integer arguments divisible by 16).
     m = max(1, 16 // block_k)
@@ -654,30 +686,35 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
     checked = None
     if EARLY_CHECK and not _capturing(dev):
         checked = _launch_input_check(indices, offsets, num_bags, v)
-    # The gather kernels' own flags (they mask what they would flag): read after the launch
-    # without EARLY_CHECK; under CUDA-graph capture by no one (the host cannot wait).
-    err = torch.zeros(2, dtype=torch.int32, device=dev)
+        # The gather kernels' own flags go to the check's buffer: they flag what it flagged
+        # already, after its copy to the host was enqueued (no second buffer and fill per call).
+        err = checked[2]
+    else:
+        # The gather kernels' own flags (they mask what they would flag): read after the launch
+        # without EARLY_CHECK; under CUDA-graph capture by no one (the host cannot wait).
+        err = torch.zeros(2, dtype=torch.int32, device=dev)
     args = (indices, offsets if has_off else indices, weight, psw if psw is not None else weight, out, count)
+    n_off = offsets.numel() if has_off else 0
     if mode != MODE_MAX and FWD_KERNEL == "steps":
         cfg = config or _fwd_config(n / num_bags, d, weight.element_size(), num_bags, dev)
         use_int64 = needs_int64(n + cfg.BLOCK_L, num_bags * d,
                                 (v - 1) * abs(weight.stride(0)) + (d - 1) * abs(weight.stride(1)) + 1)
-        _embedding_bag_steps_fwd_kernel[(triton.cdiv(num_bags, cfg.BAGS), triton.cdiv(d, cfg.BLOCK_D))](
-            *args, bags, err, n, v, d, bag_length, num_bags, offsets.numel() if has_off else 0, padding_idx,
-            cfg.BAGS, weight.stride(0), weight.stride(1),
+        cached_launch(
+            _LAUNCHES, _embedding_bag_steps_fwd_kernel, (cdiv(num_bags, cfg.BAGS), cdiv(d, cfg.BLOCK_D)),
             MEAN=mode == MODE_MEAN, HAS_OFFSETS=has_off, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0,
             WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype), USE_INT64=use_int64,
             BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, BLOCK_V=128, num_warps=cfg.num_warps, num_stages=1,
-        )
+        )(*args, bags, err, n, v, d, bag_length, num_bags, n_off, padding_idx, cfg.BAGS, weight.stride(0),
+          weight.stride(1))
     else:
         cfg = config or _fwd_single_config(n / num_bags, d, weight.element_size())
-        _embedding_bag_fwd_kernel[(num_bags, triton.cdiv(d, cfg.BLOCK_D))](
-            *args, argmax, bags, err, n, v, d, bag_length, num_bags, offsets.numel() if has_off else 0, padding_idx,
-            weight.stride(0), weight.stride(1),
+        cached_launch(
+            _LAUNCHES, _embedding_bag_fwd_kernel, (num_bags, cdiv(d, cfg.BLOCK_D)),
             MODE=mode, HAS_OFFSETS=has_off, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0,
             WRITE_ARGMAX=argmax.numel() > 0, WRITE_BAGS=need_bags, BF16_RNE=bf16_rne(weight.dtype),
             BLOCK_L=cfg.BLOCK_L, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps, num_stages=1,
-        )
+        )(*args, argmax, bags, err, n, v, d, bag_length, num_bags, n_off, padding_idx, weight.stride(0),
+          weight.stride(1))
     if checked is None and not EARLY_CHECK and not _capturing(dev):
         checked = err, None  # read after the gather (synchronizes)
     if checked is not None:
@@ -688,7 +725,7 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
 def _raise_if_flagged(checked, indices, offsets, num_embeddings: int) -> None:
     """Waits for the input check's flags ((flags, event or None) from _launch_input_check, or
     the gather kernel's device flags) and raises the error they report."""
-    host, ready = checked
+    host, ready = checked[0], checked[1]
     if ready is not None:
         ready.synchronize()
     flags = host.tolist()
@@ -699,17 +736,16 @@ def _raise_if_flagged(checked, indices, offsets, num_embeddings: int) -> None:
 def _launch_input_check(indices, offsets, num_bags: int, num_embeddings: int):
     """Enqueues the forward's input check and, on a GPU, the copy of its two flags to pinned host
     memory. Returns (flags on the host, event recorded after that copy, or None on the CPU, where
-    the flags are already there)."""
+    the flags are already there, the flags on the device)."""
     n = indices.numel()
     has_off = offsets is not None
     err = torch.zeros(2, dtype=torch.int32, device=indices.device)
     work = max(n, num_bags if has_off else 0)
-    _embedding_bag_check_kernel[(triton.cdiv(work, CHECK_BLOCK),)](
-        indices, offsets if has_off else indices, err, n, num_embeddings, num_bags,
-        offsets.numel() if has_off else 0,
+    cached_launch(
+        _LAUNCHES, _embedding_bag_check_kernel, cdiv(work, CHECK_BLOCK),
         HAS_OFFSETS=has_off, USE_INT64=needs_int64(work + CHECK_BLOCK + 1), BLOCK=CHECK_BLOCK, num_warps=4,
-    )
-    return copy_to_host_async(err)
+    )(indices, offsets if has_off else indices, err, n, num_embeddings, num_bags, offsets.numel() if has_off else 0)
+    return (*copy_to_host_async(err), err)
 
 
 def _sorted_entries(indices: torch.Tensor, num_embeddings: int):
@@ -725,8 +761,8 @@ def _launch_bwd(sorted_keys, perm, grad, weight, psw, count, argmax, bags, out, 
     v, d = weight.shape
     n = sorted_keys.numel()
     cfg = config or _bwd_config(n, d, weight.device)
-    spans = triton.cdiv(n, cfg.E)
-    d_blocks = triton.cdiv(d, cfg.BLOCK_D)
+    spans = cdiv(n, cfg.E)
+    d_blocks = cdiv(d, cfg.BLOCK_D)
     head = torch.empty((spans, d), dtype=torch.float32, device=weight.device)
     tail = torch.empty((spans, d), dtype=torch.float32, device=weight.device)
     # The bag of every sorted entry, gathered once here so that the kernel's entry loads are all
@@ -735,19 +771,19 @@ def _launch_bwd(sorted_keys, perm, grad, weight, psw, count, argmax, bags, out, 
     use_int64 = needs_int64(n + cfg.E, v * d, out.numel(), num_bags * abs(grad.stride(0)) + d * abs(grad.stride(1)),
                             num_bags * d)
     rne = bf16_rne(out.dtype)
-    _embedding_bag_bwd_kernel[(spans, d_blocks)](
-        sorted_keys, perm, sorted_bags, psw if psw is not None else grad, count, argmax, grad, out, head, tail, flags,
-        dest, n, v, d, bag_length, num_bags, cfg.E, padding_idx, grad.stride(0), grad.stride(1),
+    cached_launch(
+        _LAUNCHES, _embedding_bag_bwd_kernel, (spans, d_blocks),
         MODE=mode, HAS_BAGS=has_bags, HAS_PSW=psw is not None, HAS_PAD=padding_idx >= 0, SPARSE=sparse,
         BF16_RNE=rne, USE_INT64=use_int64, BLOCK_K=cfg.BLOCK_K, BLOCK_D=cfg.BLOCK_D, num_warps=cfg.num_warps,
         num_stages=1,
-    )
+    )(sorted_keys, perm, sorted_bags, psw if psw is not None else grad, count, argmax, grad, out, head, tail, flags,
+      dest, n, v, d, bag_length, num_bags, cfg.E, padding_idx, grad.stride(0), grad.stride(1))
     if spans > 1:
-        _embedding_bag_bwd_fixup_kernel[(spans - 1, d_blocks)](
-            sorted_keys, head, tail, out, dest, n, v, d, cfg.E, spans,
+        cached_launch(
+            _LAUNCHES, _embedding_bag_bwd_fixup_kernel, (spans - 1, d_blocks),
             SPARSE=sparse, BF16_RNE=rne, BLOCK_P=FIXUP_BLOCK_P, BLOCK_D=cfg.BLOCK_D,
             num_warps=_warps_for(FIXUP_BLOCK_P * cfg.BLOCK_D, 64), num_stages=1,
-        )
+        )(sorted_keys, head, tail, out, dest, n, v, d, cfg.E, spans)
 
 
 def _launch_zero_rows(flags, gw) -> None:
@@ -755,9 +791,10 @@ def _launch_zero_rows(flags, gw) -> None:
     v, d = gw.shape
     block_d = min(next_pow2(d), 1024)
     block_r = max(1, ZERO_TILE // block_d)
-    _embedding_bag_zero_rows_kernel[(triton.cdiv(v, block_r), triton.cdiv(d, block_d))](
-        flags, gw, v, d, BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4,
-    )
+    cached_launch(
+        _LAUNCHES, _embedding_bag_zero_rows_kernel, (cdiv(v, block_r), cdiv(d, block_d)),
+        BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4,
+    )(flags, gw, v, d)
 
 
 def _embedding_bag_backward(grad, indices, weight, psw, count, argmax, bags, mode: int, padding_idx: int,
@@ -784,12 +821,12 @@ def _embedding_bag_backward(grad, indices, weight, psw, count, argmax, bags, mod
         else:
             block_d = min(next_pow2(d), 256)
             block_k = max(1, min(128, 4096 // block_d))
-            _embedding_bag_psw_grad_kernel[(triton.cdiv(n, block_k),)](
-                indices, bags, weight, grad, gpsw, n, v, d, bag_length, num_bags, padding_idx,
-                weight.stride(0), weight.stride(1), grad.stride(0), grad.stride(1),
+            cached_launch(
+                _LAUNCHES, _embedding_bag_psw_grad_kernel, cdiv(n, block_k),
                 HAS_BAGS=has_bags, HAS_PAD=padding_idx >= 0, BF16_RNE=bf16_rne(gpsw.dtype),
                 BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4,
-            )
+            )(indices, bags, weight, grad, gpsw, n, v, d, bag_length, num_bags, padding_idx,
+              weight.stride(0), weight.stride(1), grad.stride(0), grad.stride(1))
     return gw, gpsw
 
 
@@ -820,9 +857,7 @@ def _embedding_bag_sparse_backward(grad, indices, weight, psw, count, argmax, ba
 # ----------------------------------------------------------------------------- custom ops, autograd
 
 
-@torch.library.custom_op("roofkit::embedding_bag_fwd", mutates_args=())
-@on_input_device
-def _embedding_bag_fwd_op(
+def _embedding_bag_fwd(
     indices: torch.Tensor, offsets: Optional[torch.Tensor], weight: torch.Tensor,
     per_sample_weights: Optional[torch.Tensor], mode: int, padding_idx: int, num_bags: int, bag_length: int,
     need_argmax: bool, need_bags: bool, sparse: bool,
@@ -831,9 +866,8 @@ def _embedding_bag_fwd_op(
                                   bag_length, need_argmax, need_bags)
 
 
-@_embedding_bag_fwd_op.register_fake
-def _(indices, offsets, weight, per_sample_weights, mode, padding_idx, num_bags, bag_length, need_argmax, need_bags,
-      sparse):
+def _embedding_bag_fwd_fake(indices, offsets, weight, per_sample_weights, mode, padding_idx, num_bags, bag_length,
+                            need_argmax, need_bags, sparse):
     d = weight.shape[1]
     return (
         weight.new_empty((num_bags, d)),
@@ -843,9 +877,7 @@ def _(indices, offsets, weight, per_sample_weights, mode, padding_idx, num_bags,
     )
 
 
-@torch.library.custom_op("roofkit::embedding_bag_bwd", mutates_args=())
-@on_input_device
-def _embedding_bag_bwd_op(
+def _embedding_bag_bwd(
     grad: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor, per_sample_weights: Optional[torch.Tensor],
     count: torch.Tensor, argmax: torch.Tensor, bags: torch.Tensor, mode: int, padding_idx: int, num_bags: int,
     bag_length: int, has_bags: bool, need_weight_grad: bool, need_psw_grad: bool,
@@ -854,18 +886,15 @@ def _embedding_bag_bwd_op(
                                    num_bags, bag_length, has_bags, need_weight_grad, need_psw_grad)
 
 
-@_embedding_bag_bwd_op.register_fake
-def _(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padding_idx, num_bags, bag_length,
-      has_bags, need_weight_grad, need_psw_grad):
+def _embedding_bag_bwd_fake(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padding_idx,
+                            num_bags, bag_length, has_bags, need_weight_grad, need_psw_grad):
     return (
         weight.new_empty(tuple(weight.shape) if need_weight_grad else (0, 0)),
         weight.new_empty((indices.numel(),) if need_psw_grad else (0,)),
     )
 
 
-@torch.library.custom_op("roofkit::embedding_bag_sparse_bwd", mutates_args=())
-@on_input_device
-def _embedding_bag_sparse_bwd_op(
+def _embedding_bag_sparse_bwd(
     grad: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor, per_sample_weights: Optional[torch.Tensor],
     count: torch.Tensor, argmax: torch.Tensor, bags: torch.Tensor, mode: int, padding_idx: int, num_bags: int,
     bag_length: int, has_bags: bool,
@@ -874,9 +903,8 @@ def _embedding_bag_sparse_bwd_op(
                                           padding_idx, num_bags, bag_length, has_bags)
 
 
-@_embedding_bag_sparse_bwd_op.register_fake
-def _(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padding_idx, num_bags, bag_length,
-      has_bags):
+def _embedding_bag_sparse_bwd_fake(grad, indices, weight, per_sample_weights, count, argmax, bags, mode, padding_idx,
+                                   num_bags, bag_length, has_bags):
     u = torch.library.get_ctx().new_dynamic_size()
     return weight.new_empty((u,), dtype=torch.int64), weight.new_empty((u, weight.shape[1]))
 
@@ -910,7 +938,12 @@ def _backward(ctx, grad_out, grad_count, grad_argmax, grad_bags):
     return None, None, gw, gp, None, None, None, None, None, None, None
 
 
-torch.library.register_autograd("roofkit::embedding_bag_fwd", _backward, setup_context=_setup_context)
+_LAUNCHES: dict = {}
+_embedding_bag_bwd_op = Op("roofkit::embedding_bag_bwd", _embedding_bag_bwd, _embedding_bag_bwd_fake)
+_embedding_bag_sparse_bwd_op = Op("roofkit::embedding_bag_sparse_bwd", _embedding_bag_sparse_bwd,
+                                  _embedding_bag_sparse_bwd_fake)
+_embedding_bag_fwd_op = Op("roofkit::embedding_bag_fwd", _embedding_bag_fwd, _embedding_bag_fwd_fake).autograd(
+    _setup_context, _backward)
 
 
 # ----------------------------------------------------------------------------- public function
@@ -923,7 +956,6 @@ def _check_companion(op: str, name: str, t, input: torch.Tensor, dtypes) -> None
     check_tensor(op, name, t, dtypes=dtypes)
 
 
-@on_input_device
 def embedding_bag(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -1073,7 +1105,7 @@ def embedding_bag(
 
     grad_on = torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
     mode_id = MODES[mode]
-    out, _, _, _ = _embedding_bag_fwd_op(
+    out, _, _, _ = _embedding_bag_fwd_op.apply(
         flat, offsets, weight, psw, mode_id, pad, num_bags, bag_length,
         grad_on and mode_id == MODE_MAX, grad_on and offsets is not None, sparse,
     )
@@ -1234,6 +1266,14 @@ SUITES = {
         _dlrm("max_powerlaw", "powerlaw", bag_mode="max"),
         _dlrm("max_powerlaw_fwd_bwd", "powerlaw", "fwd_bwd", bag_mode="max"),
         _dlrm("sum_bf16_powerlaw_fwd_bwd", "powerlaw", "fwd_bwd", dtypes=_BF16),
+    ],
+    # host: one decoding step's token embedding (8 bags of one) from gpt2's 50257 x 768 table, where
+    # the host's cost per call is the time. A small table on purpose: the backward's dense weight
+    # gradient is written whole, and llama3's 1 GiB would make that write, not the host, the time.
+    "host": [
+        case("tokens_8", dtypes=_BF16, shape=(8, 1), layout="2d", num_embeddings=50257, dim=768, bag_mode="sum"),
+        case("tokens_8_fwd_bwd", dtypes=_BF16, shape=(8, 1), layout="2d", num_embeddings=50257, dim=768,
+             bag_mode="sum", mode="fwd_bwd"),
     ],
 }
 

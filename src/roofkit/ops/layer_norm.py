@@ -16,6 +16,7 @@ computing the sample variance" (1983); Triton tutorial 05 (two-stage weight-grad
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import NamedTuple
@@ -28,8 +29,9 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, on_input_device, sm_count
+from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, sm_count, cdiv
 from ._jit import _round_for_store
+from ._runtime import Op, cached_launch
 from .rms_norm import _as_shape
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -99,11 +101,18 @@ def _fwd_config(n: int) -> Config:
     """Deterministic heuristic from the row length, the one rms_norm measured best (see
     benchmarks/NOTES.md): tiles of about 2048 elements (two rows from 8192 on), 1024 elements
     per warp, 4 to 8 warps; longer rows in chunks of ``LOOP_BLOCK_N`` with 16 warps."""
+    # Cached per (n, the module's tunables): the tunables are read per call so that setting
+    # them (tests monkeypatch them) still takes effect.
+    return _fwd_config_of(n, ONE_PASS_MAX_N, LOOP_BLOCK_N)
+
+
+@functools.lru_cache(maxsize=None)
+def _fwd_config_of(n: int, one_pass_max_n: int, loop_block_n: int) -> Config:
     block_n = next_pow2(n)
-    if block_n <= ONE_PASS_MAX_N:
+    if block_n <= one_pass_max_n:
         block_m = 2 if block_n == 8192 else max(1, 2048 // block_n)
         return Config(True, block_m, block_n, max(4, min(8, block_m * block_n // 1024)))
-    return Config(False, 1, LOOP_BLOCK_N, 16)
+    return Config(False, 1, loop_block_n, 16)
 
 
 def _bwd_config(n: int) -> Config:
@@ -112,13 +121,18 @@ def _bwd_config(n: int) -> Config:
     bf16, benchmarks/NOTES.md: 8 warps 225 us, the former 16 warps 276 us). Rows longer than
     ``BWD_ONE_PASS_MAX_N`` (x, dy, weight and two accumulator rows would not fit the registers)
     take the chunked path."""
+    return _bwd_config_of(n, BWD_ONE_PASS_MAX_N, LOOP_BLOCK_N, PROGRAMS_PER_SM)
+
+
+@functools.lru_cache(maxsize=None)
+def _bwd_config_of(n: int, one_pass_max_n: int, loop_block_n: int, programs_per_sm: int) -> Config:
     block_n = next_pow2(n)
-    if block_n <= BWD_ONE_PASS_MAX_N:
+    if block_n <= one_pass_max_n:
         block_m = max(1, 2048 // block_n)
         tile = block_m * block_n
         warps = max(4, min(16, tile // 512))
-        return Config(True, block_m, block_n, warps, PROGRAMS_PER_SM if tile <= 4096 else 1, 3)
-    return Config(False, 1, LOOP_BLOCK_N, 16, PROGRAMS_PER_SM)
+        return Config(True, block_m, block_n, warps, programs_per_sm if tile <= 4096 else 1, 3)
+    return Config(False, 1, loop_block_n, 16, programs_per_sm)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -359,16 +373,30 @@ def _layer_norm_param_grad_kernel(
 # ----------------------------------------------------------------------------- host launchers
 
 
+
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """``t`` as (rows, n) with unit stride along n: a view when the strides allow, else a copy."""
+    if t.is_contiguous():
+        return t.view(-1, n)  # the common case, without reshape's cost on the host path
     r = t.reshape(-1, n)
     return r if r.stride(1) == 1 else r.contiguous()
+
+
+def _empty_contiguous(x: torch.Tensor) -> torch.Tensor:
+    """An uninitialized contiguous tensor like ``x`` (``empty_like`` when ``x`` is contiguous: it
+    skips the parsing of a shape, dtype and device, microseconds on the host path)."""
+    return torch.empty_like(x) if x.is_contiguous() else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements contiguous in order (``t`` itself when it already is)."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def _layer_norm_forward(x, weight, bias, norm_ndim: int, eps: float, config: Config | None = None):
     n = math.prod(x.shape[x.dim() - norm_ndim:])
     m = x.numel() // n if n else math.prod(x.shape[: x.dim() - norm_ndim])
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = _empty_contiguous(x)
     mean = torch.empty((m,), dtype=torch.float32, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
@@ -380,16 +408,18 @@ def _layer_norm_forward(x, weight, bias, norm_ndim: int, eps: float, config: Con
     xr = _rows(x, n)
     yr = y.view(-1, n)
     cfg = config or _fwd_config(n)
-    grid = triton.cdiv(m, cfg.BLOCK_M)
+    grid = cdiv(m, cfg.BLOCK_M)
     if cfg.programs_per_sm:
         grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
-    w = weight.reshape(-1) if weight is not None else xr  # never read without HAS_WEIGHT
-    b = bias.reshape(-1) if bias is not None else xr
-    _layer_norm_fwd_kernel[(grid,)](
-        xr, w, b, yr, mean, rstd, m, n, eps, xr.stride(0), yr.stride(0),
+    # The kernels index weight and bias as flat contiguous rows of n: passed as they are when
+    # contiguous (the public function makes them so), never read without HAS_WEIGHT / HAS_BIAS.
+    w = _flat(weight) if weight is not None else xr
+    b = _flat(bias) if bias is not None else xr
+    cached_launch(
+        _LAUNCHES, _layer_norm_fwd_kernel, grid,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, ONE_PASS=cfg.one_pass,
         BF16_RNE=bf16_rne(x.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
-    )
+    )(xr, w, b, yr, mean, rstd, m, n, eps, xr.stride(0), yr.stride(0))
     return y, mean, rstd
 
 
@@ -397,7 +427,7 @@ def _layer_norm_backward(dy, x, weight, has_bias: bool, mean, rstd, norm_ndim: i
     pshape = x.shape[x.dim() - norm_ndim:]
     n = math.prod(pshape)
     has_w = weight is not None
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dx = _empty_contiguous(x)
     dw = torch.empty(pshape if has_w else (0,), dtype=x.dtype, device=x.device)
     db = torch.empty(pshape if has_bias else (0,), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
@@ -409,59 +439,55 @@ def _layer_norm_backward(dy, x, weight, has_bias: bool, mean, rstd, norm_ndim: i
     dyr = _rows(dy, n)
     dxr = dx.view(-1, n)
     cfg = config or _bwd_config(n)
-    g = max(1, min(triton.cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
-    rows_per_program = triton.cdiv(m, g)
-    g = triton.cdiv(m, rows_per_program)
-    dw_part = torch.empty((g, n) if has_w else (1, 1), dtype=torch.float32, device=x.device)
-    db_part = torch.empty((g, n) if has_bias else (1, 1), dtype=torch.float32, device=x.device)
-    c = torch.empty((m, 2) if not cfg.one_pass else (1, 2), dtype=torch.float32, device=x.device)
-    w = weight.reshape(-1) if has_w else xr
-    _layer_norm_bwd_kernel[(g,)](
-        dyr, xr, w, mean, rstd, dxr, dw_part, db_part, c, m, n, 1.0 / n, rows_per_program,
-        dyr.stride(0), xr.stride(0), dxr.stride(0),
+    g = max(1, min(cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
+    rows_per_program = cdiv(m, g)
+    g = cdiv(m, rows_per_program)
+    # Buffers a configuration does not use are not allocated: an fp32 tensor at hand stands in
+    # (never read or written: partials without HAS_WEIGHT / HAS_BIAS, row constants on ONE_PASS).
+    dw_part = torch.empty((g, n), dtype=torch.float32, device=x.device) if has_w else rstd
+    db_part = torch.empty((g, n), dtype=torch.float32, device=x.device) if has_bias else rstd
+    c = torch.empty((m, 2), dtype=torch.float32, device=x.device) if not cfg.one_pass else rstd
+    w = _flat(weight) if has_w else xr
+    cached_launch(
+        _LAUNCHES, _layer_norm_bwd_kernel, g,
         HAS_WEIGHT=has_w, HAS_BIAS=has_bias, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, num_warps=cfg.num_warps,
-    )
+    )(dyr, xr, w, mean, rstd, dxr, dw_part, db_part, c, m, n, 1.0 / n, rows_per_program,
+      dyr.stride(0), xr.stride(0), dxr.stride(0))
     if has_w or has_bias:
         block_cols = 256
-        grid = (triton.cdiv(n, block_cols), int(has_w) + int(has_bias))
-        _layer_norm_param_grad_kernel[grid](
-            dw_part, db_part, dw.view(-1) if has_w else dx, db.view(-1) if has_bias else dx, g, n,
+        # dw and db are fresh contiguous tensors: passed as they are (flat rows of n).
+        cached_launch(
+            _LAUNCHES, _layer_norm_param_grad_kernel, (cdiv(n, block_cols), int(has_w) + int(has_bias)),
             HAS_WEIGHT=has_w, HAS_BIAS=has_bias, BF16_RNE=bf16_rne(x.dtype),
             BLOCK_G=32, BLOCK_N=block_cols, num_warps=4,
-        )
+        )(dw_part, db_part, dw if has_w else dx, db if has_bias else dx, g, n)
     return dx, dw, db
 
 
 # ----------------------------------------------------------------------------- custom ops, autograd
 
 
-@torch.library.custom_op("roofkit::layer_norm_fwd", mutates_args=())
-@on_input_device
-def _layer_norm_fwd_op(
+def _layer_norm_fwd(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, norm_ndim: int, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _layer_norm_forward(x, weight, bias, norm_ndim, eps)
 
 
-@_layer_norm_fwd_op.register_fake
-def _(x, weight, bias, norm_ndim, eps):
+def _layer_norm_fwd_fake(x, weight, bias, norm_ndim, eps):
     m = math.prod(x.shape[: x.dim() - norm_ndim])
     stats = x.new_empty((m,), dtype=torch.float32)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device), stats, stats.new_empty((m,))
 
 
-@torch.library.custom_op("roofkit::layer_norm_bwd", mutates_args=())
-@on_input_device
-def _layer_norm_bwd_op(
+def _layer_norm_bwd(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has_bias: bool,
     mean: torch.Tensor, rstd: torch.Tensor, norm_ndim: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _layer_norm_backward(dy, x, weight, has_bias, mean, rstd, norm_ndim)
 
 
-@_layer_norm_bwd_op.register_fake
-def _(dy, x, weight, has_bias, mean, rstd, norm_ndim):
+def _layer_norm_bwd_fake(dy, x, weight, has_bias, mean, rstd, norm_ndim):
     pshape = x.shape[x.dim() - norm_ndim:]
     dw = x.new_empty(pshape if weight is not None else (0,))
     db = x.new_empty(pshape if has_bias else (0,))
@@ -484,7 +510,10 @@ def _backward(ctx, grad_y, grad_mean, grad_rstd):
     return dx, (dw if ctx.has_weight else None), (db if ctx.has_bias else None), None, None
 
 
-torch.library.register_autograd("roofkit::layer_norm_fwd", _backward, setup_context=_setup_context)
+_LAUNCHES: dict = {}
+_layer_norm_bwd_op = Op("roofkit::layer_norm_bwd", _layer_norm_bwd, _layer_norm_bwd_fake)
+_layer_norm_fwd_op = Op("roofkit::layer_norm_fwd", _layer_norm_fwd, _layer_norm_fwd_fake).autograd(
+    _setup_context, _backward)
 
 
 # ----------------------------------------------------------------------------- public function
@@ -500,7 +529,6 @@ def _check_param(op: str, name: str, t, input: torch.Tensor, normalized_shape: t
     return t.contiguous()
 
 
-@on_input_device
 def layer_norm(
     input: torch.Tensor,
     normalized_shape,
@@ -566,7 +594,7 @@ def layer_norm(
         raise ValueError(f"roofkit.{op}: eps {eps} does not fit a float") from None
     if not (eps >= 0 and math.isfinite(eps)):
         raise ValueError(f"roofkit.{op}: eps must be finite and >= 0, got {eps}")
-    y, _, _ = _layer_norm_fwd_op(input, weight, bias, k, eps)
+    y, _, _ = _layer_norm_fwd_op.apply(input, weight, bias, k, eps)
     return y
 
 
@@ -661,6 +689,11 @@ SUITES = {
         case("row_1_1Mx1", shape=(1 << 20, 1), dtypes=_BF16),
         case("row_65536_2048x65536", shape=(2048, 65536), dtypes=_BF16),
         case("row_65536_2048x65536_fwd_bwd", shape=(2048, 65536), dtypes=_BF16, mode="fwd_bwd"),
+    ],
+    # host: decoding 8 sequences one token at a time, where the host's cost per call is the time.
+    "host": [
+        case("hidden_8x4096", shape=(8, 4096), dtypes=_BF16),
+        case("hidden_8x4096_fwd_bwd", shape=(8, 4096), dtypes=_BF16, mode="fwd_bwd"),
     ],
 }
 

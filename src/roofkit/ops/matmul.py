@@ -11,8 +11,11 @@ rounded once, to the output dtype. A batch (3-D operands) is the grid's second a
 carrying its own batch stride (0 for an operand broadcast over the batch).
 
 The kernels and their launch forms (TMA-descriptor persistent, pointer, split-K) live in
-``_gemm.py``; this module chooses among them (``_launch_config``, the documented default, or the
-verified autotuner of ``_autotune.py``) and holds the public API, the custom ops and the spec.
+``_gemm.py``; this module chooses among them and holds the public API, the custom ops and the spec.
+The configuration of a call is the one ``roofkit tune`` verified, timed and cached for this GPU,
+software and shape bucket (``_autotune.py``), else the documented default (``_launch_config``):
+nothing is timed inside a user's call unless ROOFKIT_AUTOTUNE=1 asks for it, and
+``config_override`` forces one configuration (tests, sweeps).
 Verified on the H200 (2026-11-30, all dtypes) and on CPU through the interpreter (bf16 operands
 are upcast to fp32 there: the interpreter cannot multiply bf16). fp8 / int8 GEMMs: ``quant/gemm.py``.
 Source: the classic tiled GEMM with grouped tile order (Triton's matmul tutorial describes the
@@ -21,6 +24,7 @@ L2-grouping idea); torch.addmm semantics for alpha / beta / c.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import numbers
@@ -35,9 +39,10 @@ from ..harness.roofline import gemm_waves
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from . import _autotune, _gemm
 from ._autotune import Tuner, bucket
-from ._common import (FLOAT_DTYPES, check_same_device, check_tensor, device_index, next_pow2, on_input_device,
+from ._common import (FLOAT_DTYPES, cdiv, check_same_device, check_tensor, device_index, next_pow2,
                       shared_memory_limits, sm_count)
 from ._gemm import ACTIVATIONS, Config
+from ._runtime import Op
 
 _ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
 
@@ -117,8 +122,29 @@ def matmul_cost(case, dtype: torch.dtype) -> Cost:
 
 # ----------------------------------------------------------------------------- launch choice
 
+_KINDS = ("ptr", "tma", "pingpong")
+
+
+def _decode_config(d: dict) -> Config:
+    """A cached configuration back from JSON. Raises for anything this build would not launch as
+    written (an unknown field, a value of the wrong type, a block size that is not a power of two):
+    the tuner then drops the entry instead of failing a user's call."""
+    cfg = Config(**d)
+    for f in dataclasses.fields(Config):
+        v = getattr(cfg, f.name)
+        if f.name == "kind":
+            ok = v in _KINDS
+        elif isinstance(f.default, bool):
+            ok = isinstance(v, bool)
+        else:
+            ok = type(v) is int and v >= 1 and not (f.name.startswith("BLOCK_") and v & (v - 1))
+        if not ok:
+            raise ValueError(f"roofkit.matmul: cached configuration field {f.name}={v!r} is not valid")
+    return cfg
+
+
 _TUNER = Tuner(
-    "matmul", encode=Config.as_dict, decode=lambda d: Config(**d),
+    "matmul", encode=Config.as_dict, decode=_decode_config,
     tol={torch.float16: 2e-2, torch.bfloat16: 2e-2, torch.float32: 2e-2},
 )
 
@@ -132,7 +158,7 @@ def _split_k_config(m: int, n: int, k: int, dtype: torch.dtype, sms: int) -> Con
     bk = 32 if dtype == torch.float32 else 128
     bm = max(16, min(64, next_pow2(m)))
     bn = 64 if m <= 64 else 128
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    tiles = cdiv(m, bm) * cdiv(n, bn)
     if tiles * 8 > sms or k < 8192:
         return None
     split = min(2 * sms // tiles, k // 256, 64)
@@ -154,13 +180,13 @@ def _gemv_config(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Co
     bk = min(256, max(16, next_pow2(k)))
     while limit is not None and bk > 64 and 4 * (16 * bk + bk * 64) * dtype.itemsize + 4096 > limit:
         bk //= 2
-    tiles = triton.cdiv(n, 64)
+    tiles = cdiv(n, 64)
     split = max(1, min(sm_count(device) // tiles, k // 2048))
     return Config(16, 64, bk, 8, 4, 4, kind="ptr", split_k=split)
 
 
 def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device, tma: bool) -> Config:
-    """The documented default (ROOFKIT_AUTOTUNE=0, CPU, graph capture):
+    """The documented default (no tuned entry cached for the shape, ROOFKIT_AUTOTUNE=0, CPU):
     - very few output tiles and K >= 8192: split-K (see ``_split_k_config``);
     - M <= 16 with 16-bit inputs: ``_gemv_config``;
     - otherwise 128x256 tiles (BLOCK_K 64, 8 warps, 3 stages, persistent: best or within 1 % of
@@ -217,7 +243,7 @@ def _default_config(a, b, out, c=None, pingpong_ok: bool | None = None) -> Confi
     if pingpong_ok is None:
         pingpong_ok = _pingpong_ok(a, b, out, c)
     if (default.split_k == 1 and out.element_size() == 2 and m >= 256 and n >= 256
-            and triton.cdiv(m, 128) * triton.cdiv(n, 128) >= 2 * sm_count(a.device) and pingpong_ok):
+            and cdiv(m, 128) * cdiv(n, 128) >= 2 * sm_count(a.device) and pingpong_ok):
         return PINGPONG_DEFAULT
     return default
 
@@ -232,7 +258,7 @@ def _candidates(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device
         bm = max(16, min(64, next_pow2(m)))
         for bn in (64, 128):
             for bk in ((32, 64) if dtype == torch.float32 else (64, 128, 256)):
-                tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+                tiles = cdiv(m, bm) * cdiv(n, bn)
                 for split in (1, 2, 4, 8, 16, 32):
                     if split == 1 or (tiles * split <= 4 * sms and k // split >= bk):
                         out.append(Config(bm, bn, bk, 8, 4, 4, kind="ptr", split_k=split))
@@ -320,6 +346,35 @@ def _choose(a, b, c, bias, out, alpha, beta, act: int) -> Config:
                          run, reference, a.device, a.dtype)
 
 
+# Open config_override blocks, innermost last: (token, configuration).
+_OVERRIDES: list[tuple[object, Config]] = []
+
+
+@contextlib.contextmanager
+def config_override(config: Config):
+    """Run every GEMM of roofkit.matmul and roofkit.linear (forward and backward) called inside
+    the block with ``config`` instead of the cached or default configuration: for tests and
+    sweeps, which would otherwise patch module globals.
+
+        from roofkit.ops.matmul import Config, config_override
+        with config_override(Config(64, 64, 32, num_warps=4, num_stages=3)):
+            y = roofkit.matmul(a, b)
+
+    ``config`` is launched as given, unchecked: one this device cannot build raises at launch, and
+    the caller verifies the results. Batched problems whose B is not shared by the batch run the
+    pointer kernel, so there ``config`` is taken in its pointer, one-split form. Process-wide
+    while the block is open (autograd runs the backward of CUDA tensors on its own threads);
+    blocks nest, the innermost winning."""
+    if not isinstance(config, Config):
+        raise TypeError(f"roofkit.matmul.config_override: config must be a roofkit.ops.matmul.Config, got {type(config).__name__}")
+    token = object()
+    _OVERRIDES.append((token, config))
+    try:
+        yield config
+    finally:
+        _OVERRIDES[:] = [o for o in _OVERRIDES if o[0] is not token]
+
+
 # ----------------------------------------------------------------------------- host launcher
 
 
@@ -332,6 +387,8 @@ def _as3(t: torch.Tensor, batch: int) -> torch.Tensor:
 
 def _matmul_forward(a, b, c, bias, activation: str | None, alpha: float, beta: float, out_dtype, config: Config | None = None):
     """Checked operands in; returns the (batch?, M, N) result."""
+    if config is None and _OVERRIDES:
+        config = _OVERRIDES[-1][1]
     out_dtype = out_dtype or a.dtype
     batched = a.dim() == 3 or b.dim() == 3
     m, k = a.shape[-2:]
@@ -382,9 +439,7 @@ def _act_name(activation: str) -> str | None:
     return None if activation == "none" else activation
 
 
-@torch.library.custom_op("roofkit::matmul", mutates_args=())
-@on_input_device
-def _matmul_op(
+def _matmul(
     a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, bias: torch.Tensor | None, activation: str,
     alpha: float, beta: float, out_dtype: torch.dtype | None,
 ) -> torch.Tensor:
@@ -400,8 +455,7 @@ def _out_shape(a, b):
     return (0 if 0 in (ba, bb) else max(ba, bb), m, n)
 
 
-@_matmul_op.register_fake
-def _(a, b, c, bias, activation, alpha, beta, out_dtype):
+def _matmul_fake(a, b, c, bias, activation, alpha, beta, out_dtype):
     return a.new_empty(_out_shape(a, b), dtype=out_dtype or a.dtype)
 
 
@@ -446,12 +500,10 @@ def _matmul_backward(ctx, dy):
     return da, db, dc, dbias, None, None, None, None
 
 
-torch.library.register_autograd("roofkit::matmul", _matmul_backward, setup_context=_matmul_setup)
+_matmul_op = Op("roofkit::matmul", _matmul, _matmul_fake).autograd(_matmul_setup, _matmul_backward)
 
 
-@torch.library.custom_op("roofkit::linear", mutates_args=())
-@on_input_device
-def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     k, n = x.shape[-1], weight.shape[0]
     y = _matmul_forward(x.reshape(_rows(x), k), weight.t(), None, bias, _act_name(activation), 1.0, 0.0, None)
     return y.view(*x.shape[:-1], n)
@@ -462,8 +514,7 @@ def _rows(x: torch.Tensor) -> int:
     return math.prod(x.shape[:-1])
 
 
-@_linear_op.register_fake
-def _(x, weight, bias, activation):
+def _linear_fake(x, weight, bias, activation):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
@@ -495,7 +546,7 @@ def _linear_backward(ctx, dy):
     return dx, dw, db, None
 
 
-torch.library.register_autograd("roofkit::linear", _linear_backward, setup_context=_linear_setup)
+_linear_op = Op("roofkit::linear", _linear, _linear_fake).autograd(_linear_setup, _linear_backward)
 
 
 # ----------------------------------------------------------------------------- public functions
@@ -534,7 +585,6 @@ def _check_bias(op: str, bias, input, n: int) -> None:
         raise ValueError(f"roofkit.{op}: bias must have shape ({n},), got {tuple(bias.shape)}")
 
 
-@on_input_device
 def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=None, out_dtype=None):
     """out = act(alpha * (input @ other) + beta * c + bias), in one kernel.
 
@@ -573,6 +623,11 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
     Cost:
         2*M*N*K FLOP per batch entry; reads A, B, bias and c once and writes the output once in
         the ideal case (each A row-panel is re-read per tile column, mostly from L2).
+    Launch configuration:
+        The one ``roofkit tune`` verified and cached for this GPU, its software and the shape's
+        size bucket, else the documented default (``_launch_config``); nothing is timed inside
+        the call unless ROOFKIT_AUTOTUNE=1 (then a shape missing from the cache is tuned in its
+        first call). ``config_override`` forces one configuration.
     """
     op = "matmul"
     _check_operand(op, "input", input, None, (2, 3))
@@ -599,10 +654,9 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
     if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
         raise TypeError(f"roofkit.{op}: out_dtype must be None, torch.float32, torch.float16 or torch.bfloat16; got {out_dtype!r}")
     act = _check_activation(op, activation)
-    return _matmul_op(input, other, c, bias, act, alpha, beta, out_dtype)
+    return _matmul_op.apply(input, other, c, bias, act, alpha, beta, out_dtype)
 
 
-@on_input_device
 def linear(input, weight, bias=None, activation=None):
     """act(input @ weight.T + bias), mirroring torch.nn.functional.linear plus a fused activation.
 
@@ -634,7 +688,7 @@ def linear(input, weight, bias=None, activation=None):
         )
     _check_bias(op, bias, input, weight.shape[0])
     act = _check_activation(op, activation)
-    return _linear_op(input, weight, bias, act)
+    return _linear_op.apply(input, weight, bias, act)
 
 
 # ----------------------------------------------------------------------------- spec
@@ -652,8 +706,12 @@ def describe_launch(case, dtype, device) -> str:
     b = torch.empty((n, k), dtype=dtype, device=device).t() if case.get("b_layout") == "transposed" else torch.empty((k, n), dtype=dtype, device=device)
     c = torch.empty((m, n), dtype=dtype, device=device) if case.get("c") else None
     key = _tune_key(a, b, c, dtype, _gemm.ACTIVATIONS[case.get("activation")])
-    cfg = _TUNER.mem.get(key) or _default_config(a, b, torch.empty((m, n), dtype=case.get("out_dtype") or dtype, device=device), c)
-    source = "tuned" if key in _TUNER.mem else "default"
+    if _OVERRIDES:
+        cfg, source = _OVERRIDES[-1][1], "override"
+    elif key in _TUNER.mem:
+        cfg, source = _TUNER.mem[key], "tuned"
+    else:
+        cfg, source = _default_config(a, b, torch.empty((m, n), dtype=case.get("out_dtype") or dtype, device=device), c), "default"
     w = gemm_waves(m, n, k, cfg.BLOCK_M, cfg.BLOCK_N, sm_count(device), cfg.ctas_per_sm)
     tiles = w.tiles * cfg.split_k
     return f"{cfg.label()} ({source}); tiles {tiles}, waves {w.waves if cfg.split_k == 1 else -(-tiles // w.slots)}, wave eff {w.wave_efficiency:.2f}"
@@ -747,6 +805,14 @@ SUITES = {
         case("decode_m16_16x14336x4096", shape=(16, 14336, 4096), dtypes=_BF16),
         case("prime_127x257x1021", shape=(127, 257, 1021), dtypes=_BF16),
     ],
+    # host: one decoding step of 8 tokens through a linear layer 4096 -> 4096 (F.linear's layout:
+    # the weight row-major (N, K), so b is its transpose; with a bias), where the host's cost per
+    # call is the time.
+    "host": [
+        case("linear_8x4096x4096", shape=(8, 4096, 4096), b_layout="transposed", bias=True, dtypes=_BF16),
+        case("linear_8x4096x4096_fwd_bwd", shape=(8, 4096, 4096), b_layout="transposed", bias=True, dtypes=_BF16,
+             mode="fwd_bwd"),
+    ],
 }
 
 SPEC = OpSpec(
@@ -768,6 +834,7 @@ SPEC = OpSpec(
     grad_args=(0, 1),
     marker="matmul",
     describe=describe_launch,
+    tuners=(_TUNER,),
 )
 
 SPECS = (SPEC,)

@@ -23,6 +23,7 @@ Source: the two-stage tree reduction of M. Harris, "Optimizing Parallel Reductio
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import NamedTuple, Optional
@@ -34,8 +35,9 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, next_pow2, on_input_device, sm_count
+from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, next_pow2, sm_count, cdiv
 from ._jit import _round_for_store
+from ._runtime import Op, cached_launch
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -107,8 +109,9 @@ class Config(NamedTuple):
     chunks_per_split: int = 1
 
 
-def _warps(tile_elems: int, elem_size: int) -> int:
-    return max(1, min(8, tile_elems * elem_size // (32 * BYTES_PER_THREAD)))
+def _warps(tile_elems: int, elem_size: int, bytes_per_thread: int | None = None) -> int:
+    per_thread = BYTES_PER_THREAD if bytes_per_thread is None else bytes_per_thread
+    return max(1, min(8, tile_elems * elem_size // (32 * per_thread)))
 
 
 def _splits(programs: int, chunks: int, device: torch.device) -> tuple[int, int]:
@@ -116,31 +119,57 @@ def _splits(programs: int, chunks: int, device: torch.device) -> tuple[int, int]
     SM. Otherwise enough splits to reach that, and at most MAX_CHUNKS_PER_PROGRAM tiles per
     program: a full reduction becomes many short programs (many waves, so the hardware
     scheduler balances them whatever the occupancy) rather than one resident wave."""
-    target = MIN_PROGRAMS_PER_SM * sm_count(device)
+    return _split_counts(programs, chunks, MIN_PROGRAMS_PER_SM * sm_count(device), MAX_CHUNKS_PER_PROGRAM)
+
+
+def _split_counts(programs: int, chunks: int, target: int, max_chunks: int) -> tuple[int, int]:
+    """``_splits`` for a target program count and at most ``max_chunks`` tiles per program."""
     if programs >= target or chunks <= 1:
         return 1, chunks
-    want = max(triton.cdiv(target, programs), triton.cdiv(chunks, MAX_CHUNKS_PER_PROGRAM))
+    want = max(triton.cdiv(target, programs), triton.cdiv(chunks, max_chunks))
     per = triton.cdiv(chunks, min(want, chunks))
     return triton.cdiv(chunks, per), per
 
 
+# The configurations are cached per problem and per value of what they read (the SM count and
+# the module's tunables, read per call so that setting them, as tests do, still takes effect).
+# Bounded: the keys hold the row / column counts, which vary more than a row length.
+_CONFIG_CACHE = 4096
+
+
 def _rows_config(m: int, n: int, elem_size: int, device: torch.device, split: bool = True) -> Config:
     """Row reduction of an (m, n) block: tiles of TILE_BYTES (several short rows per tile)."""
-    tile = max(1, TILE_BYTES // elem_size)
+    target = MIN_PROGRAMS_PER_SM * sm_count(device) if split else 0
+    return _rows_config_of(m, n, elem_size, split, target, TILE_BYTES, BYTES_PER_THREAD, MAX_CHUNKS_PER_PROGRAM)
+
+
+@functools.lru_cache(maxsize=_CONFIG_CACHE)
+def _rows_config_of(m: int, n: int, elem_size: int, split: bool, target: int, tile_bytes: int,
+                    bytes_per_thread: int, max_chunks: int) -> Config:
+    tile = max(1, tile_bytes // elem_size)
     block_n = min(next_pow2(n), tile)
     block_m = min(max(1, tile // block_n), next_pow2(m))
-    splits, per = _splits(triton.cdiv(m, block_m), triton.cdiv(n, block_n), device) if split else (1, 1)
-    return Config(block_m, block_n, _warps(block_m * block_n, elem_size), splits, per)
+    splits, per = (_split_counts(triton.cdiv(m, block_m), triton.cdiv(n, block_n), target, max_chunks)
+                   if split else (1, 1))
+    return Config(block_m, block_n, _warps(block_m * block_n, elem_size, bytes_per_thread), splits, per)
 
 
 def _cols_config(outer: int, n: int, inner: int, elem_size: int, device: torch.device, split: bool = True) -> Config:
     """Column reduction of an (outer, n, inner) block: tile rows of COL_SEGMENT_BYTES."""
-    tile = max(1, TILE_BYTES // elem_size)
-    block_i = min(next_pow2(inner), max(1, COL_SEGMENT_BYTES // elem_size))
+    target = MIN_PROGRAMS_PER_SM * sm_count(device) if split else 0
+    return _cols_config_of(outer, n, inner, elem_size, split, target, TILE_BYTES, COL_SEGMENT_BYTES,
+                           BYTES_PER_THREAD, MAX_CHUNKS_PER_PROGRAM)
+
+
+@functools.lru_cache(maxsize=_CONFIG_CACHE)
+def _cols_config_of(outer: int, n: int, inner: int, elem_size: int, split: bool, target: int, tile_bytes: int,
+                    col_segment_bytes: int, bytes_per_thread: int, max_chunks: int) -> Config:
+    tile = max(1, tile_bytes // elem_size)
+    block_i = min(next_pow2(inner), max(1, col_segment_bytes // elem_size))
     block_n = min(next_pow2(n), max(1, tile // block_i))
     programs = outer * triton.cdiv(inner, block_i)
-    splits, per = _splits(programs, triton.cdiv(n, block_n), device) if split else (1, 1)
-    return Config(block_i, block_n, _warps(block_i * block_n, elem_size), splits, per)
+    splits, per = _split_counts(programs, triton.cdiv(n, block_n), target, max_chunks) if split else (1, 1)
+    return Config(block_i, block_n, _warps(block_i * block_n, elem_size, bytes_per_thread), splits, per)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -271,6 +300,7 @@ def _reduce_cols_kernel(
 # ----------------------------------------------------------------------------- host launchers
 
 
+
 def _out_shape(shape, dims, keepdim: bool) -> list[int]:
     if keepdim:
         return [1 if i in dims else s for i, s in enumerate(shape)]
@@ -292,6 +322,13 @@ def _layout(x: torch.Tensor, red: set[int]):
     block starting at its data pointer, n the reduced extent; ``kept`` lists the kept dims (of
     size > 1) in the order the kernels write them. Copies only for layouts that are not a
     permutation of a contiguous tensor, or reduced dims that are not adjacent in memory."""
+    nd = x.dim()
+    if red and min(red) == nd - len(red) and x.is_contiguous():
+        # The common case, the trailing dims of a contiguous tensor reduced: what the general
+        # walk below finds (one kept group, then one reduced group), without its cost.
+        shape = x.shape
+        k = nd - len(red)
+        return x, math.prod(shape[:k]), math.prod(shape[k:]), 1, [d for d in range(k) if shape[d] > 1]
     big = [d for d in range(x.dim()) if x.shape[d] > 1]
     order = sorted(big, key=lambda d: x.stride(d), reverse=True)  # memory order (stable)
     if not _dense_in_order(x, order):
@@ -328,20 +365,22 @@ def _launch_rows(src, out, m, n, stride_m, is_max, n_div, device, config=None):
     cfg = config or _rows_config(m, n, src.element_size(), device)
     if m == 1:
         stride_m = 0  # lets Triton see 16-byte alignment whatever n is
-    grid = triton.cdiv(m, cfg.BLOCK_M)
-    meta = dict(IS_MAX=is_max, USE_INT64=n + cfg.BLOCK_N >= 2**31, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                num_warps=cfg.num_warps)
+    grid = cdiv(m, cfg.BLOCK_M)
+    use_int64 = n + cfg.BLOCK_N >= 2**31
     if cfg.splits == 1:
-        _reduce_rows_kernel[(grid,)](
-            src, out, m, n, stride_m, 1, triton.cdiv(n, cfg.BLOCK_N), n_div,
-            DIVIDE=n_div != 1.0, PARTIAL=False, BF16_RNE=bf16_rne(out.dtype), **meta,
-        )
+        cached_launch(
+            _LAUNCHES, _reduce_rows_kernel, grid,
+            DIVIDE=n_div != 1.0, PARTIAL=False, BF16_RNE=bf16_rne(out.dtype), IS_MAX=is_max, USE_INT64=use_int64,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        )(src, out, m, n, stride_m, 1, cdiv(n, cfg.BLOCK_N), n_div)
         return
     s = cfg.splits
     part = torch.empty((m, s), dtype=torch.float32, device=device)
-    _reduce_rows_kernel[(grid * s,)](
-        src, part, m, n, stride_m, s, cfg.chunks_per_split, 1.0, DIVIDE=False, PARTIAL=True, BF16_RNE=False, **meta,
-    )
+    cached_launch(
+        _LAUNCHES, _reduce_rows_kernel, grid * s,
+        DIVIDE=False, PARTIAL=True, BF16_RNE=False, IS_MAX=is_max, USE_INT64=use_int64,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+    )(src, part, m, n, stride_m, s, cfg.chunks_per_split, 1.0)
     _launch_rows(part, out, m, s, s, is_max, n_div, device, _rows_config(m, s, 4, device, split=False))
 
 
@@ -349,20 +388,22 @@ def _launch_cols(src, out, outer, n, inner, is_max, n_div, device, config=None):
     """Column reduction of the (outer, n, inner) contiguous block at ``src`` into ``out``
     (outer * inner values); split along n when the config says so."""
     cfg = config or _cols_config(outer, n, inner, src.element_size(), device)
-    blocks = outer * triton.cdiv(inner, cfg.BLOCK_M)
-    meta = dict(IS_MAX=is_max, USE_INT64=(n + cfg.BLOCK_N) * inner >= 2**31, BLOCK_N=cfg.BLOCK_N,
-                BLOCK_I=cfg.BLOCK_M, num_warps=cfg.num_warps)
+    blocks = outer * cdiv(inner, cfg.BLOCK_M)
+    use_int64 = (n + cfg.BLOCK_N) * inner >= 2**31
     if cfg.splits == 1:
-        _reduce_cols_kernel[(blocks,)](
-            src, out, n, inner, n * inner, 1, triton.cdiv(n, cfg.BLOCK_N), n_div,
-            DIVIDE=n_div != 1.0, PARTIAL=False, BF16_RNE=bf16_rne(out.dtype), **meta,
-        )
+        cached_launch(
+            _LAUNCHES, _reduce_cols_kernel, blocks,
+            DIVIDE=n_div != 1.0, PARTIAL=False, BF16_RNE=bf16_rne(out.dtype), IS_MAX=is_max, USE_INT64=use_int64,
+            BLOCK_N=cfg.BLOCK_N, BLOCK_I=cfg.BLOCK_M, num_warps=cfg.num_warps,
+        )(src, out, n, inner, n * inner, 1, cdiv(n, cfg.BLOCK_N), n_div)
         return
     s = cfg.splits
     part = torch.empty((outer, s, inner), dtype=torch.float32, device=device)
-    _reduce_cols_kernel[(blocks * s,)](
-        src, part, n, inner, n * inner, s, cfg.chunks_per_split, 1.0, DIVIDE=False, PARTIAL=True, BF16_RNE=False, **meta,
-    )
+    cached_launch(
+        _LAUNCHES, _reduce_cols_kernel, blocks * s,
+        DIVIDE=False, PARTIAL=True, BF16_RNE=False, IS_MAX=is_max, USE_INT64=use_int64,
+        BLOCK_N=cfg.BLOCK_N, BLOCK_I=cfg.BLOCK_M, num_warps=cfg.num_warps,
+    )(src, part, n, inner, n * inner, s, cfg.chunks_per_split, 1.0)
     split_free = _cols_config(outer, s, inner, 4, device, split=False)
     _launch_cols(part, out, outer, s, inner, is_max, n_div, device, split_free)
 
@@ -393,16 +434,13 @@ def _reduce_forward(x: torch.Tensor, dims: list[int], keepdim: bool, kind: str, 
 # ----------------------------------------------------------------------------- custom op, autograd
 
 
-@torch.library.custom_op("roofkit::reduce", mutates_args=())
-@on_input_device
-def _reduce_op(
+def _reduce(
     x: torch.Tensor, dims: list[int], keepdim: bool, kind: str, out_dtype: Optional[torch.dtype]
 ) -> torch.Tensor:
     return _reduce_forward(x, dims, keepdim, kind, out_dtype)
 
 
-@_reduce_op.register_fake
-def _(x, dims, keepdim, kind, out_dtype):
+def _reduce_fake(x, dims, keepdim, kind, out_dtype):
     shape = _out_shape(x.shape, set(dims), keepdim)
     return x.new_empty(shape, dtype=out_dtype if out_dtype is not None else x.dtype)
 
@@ -435,7 +473,8 @@ def _backward(ctx, grad):
     return gx, None, None, None, None
 
 
-torch.library.register_autograd("roofkit::reduce", _backward, setup_context=_setup_context)
+_LAUNCHES: dict = {}
+_reduce_op = Op("roofkit::reduce", _reduce, _reduce_fake).autograd(_setup_context, _backward)
 
 
 # ----------------------------------------------------------------------------- public functions
@@ -476,7 +515,6 @@ def _prepare(op: str, input, dim, keepdim, dtype=None):
     return input, sorted(dims), scalar
 
 
-@on_input_device
 def sum(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Sum over ``dim``: out[o] = sum of input[o, r] over the reduced positions r.
 
@@ -512,11 +550,10 @@ def sum(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dt
         M. Harris, "Optimizing Parallel Reduction in CUDA" (two-stage, per-thread accumulation).
     """
     x, dims, scalar = _prepare("sum", input, dim, keepdim, dtype)
-    y = _reduce_op(x, dims, keepdim, "sum", dtype)
+    y = _reduce_op.apply(x, dims, keepdim, "sum", dtype)
     return y.reshape(()) if scalar else y
 
 
-@on_input_device
 def mean(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Mean over ``dim``: the float32 sum of the reduced elements divided by their count.
 
@@ -526,11 +563,10 @@ def mean(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.d
     Source: as :func:`sum`.
     """
     x, dims, scalar = _prepare("mean", input, dim, keepdim, dtype)
-    y = _reduce_op(x, dims, keepdim, "mean", dtype)
+    y = _reduce_op.apply(x, dims, keepdim, "mean", dtype)
     return y.reshape(()) if scalar else y
 
 
-@on_input_device
 def amax(input: torch.Tensor, dim=(), keepdim: bool = False) -> torch.Tensor:
     """Maximum over ``dim``: out[o] = max of input[o, r]; NaN if any of those elements is NaN.
 
@@ -562,7 +598,7 @@ def amax(input: torch.Tensor, dim=(), keepdim: bool = False) -> torch.Tensor:
                 f"roofkit.amax: reduced dim {empty[0]} of input of shape {tuple(input.shape)} has size 0 "
                 "(the maximum of no elements is undefined)"
             )
-    y = _reduce_op(x, dims, keepdim, "amax", None)
+    y = _reduce_op.apply(x, dims, keepdim, "amax", None)
     return y.reshape(()) if scalar else y
 
 
@@ -674,6 +710,11 @@ def _suites(llama: list) -> dict:
             case("rows_1823x781_fp32", shape=(1823, 781), dim=-1, dtypes=_F32),
             case("cols_4095x4097_fp32", shape=(4095, 4097), dim=0, dtypes=_F32),
             case("rows_few_long_4x16Mi", shape=(4, 1 << 24), dim=-1, dtypes=_BF16),
+        ],
+        # host: decoding 8 sequences one token at a time, where the host's cost per call is the time.
+        "host": [
+            case("hidden_8x4096", shape=(8, 4096), dim=-1, dtypes=_BF16),
+            case("hidden_8x4096_fwd_bwd", shape=(8, 4096), dim=-1, dtypes=_BF16, mode="fwd_bwd"),
         ],
     }
 

@@ -27,8 +27,10 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, on_input_device, rows_of,
-                      sm_count)
+from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2, rows_of, sm_count
+from ._runtime import Op, Plans, cached_launch, fast_path_ok, needs_grad
+
+_PLAIN = (torch.Tensor,)
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -256,15 +258,15 @@ def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, 
     xr = _rows_unit_stride(x)
     yr = y.view(-1, n)
     cfg = config or _fwd_config(n)
-    grid = triton.cdiv(m, cfg.BLOCK_M)
+    grid = cdiv(m, cfg.BLOCK_M)
     if cfg.programs_per_sm:
         grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
     w = weight if weight is not None else xr  # never read when HAS_WEIGHT is False
-    _rms_norm_fwd_kernel[(grid,)](
-        xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0),
+    cached_launch(
+        _LAUNCHES, _rms_norm_fwd_kernel, grid,
         HAS_WEIGHT=weight is not None, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
-    )
+    )(xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0))
     return y, rstd
 
 
@@ -282,50 +284,46 @@ def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None):
     dyr = _rows_unit_stride(dy)
     dxr = dx.view(-1, n)
     cfg = config or _bwd_config(n)
-    g = max(1, min(triton.cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
-    rows_per_program = triton.cdiv(m, g)
-    g = triton.cdiv(m, rows_per_program)
+    g = max(1, min(cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
+    rows_per_program = cdiv(m, g)
+    g = cdiv(m, rows_per_program)
     alloc = torch.zeros if (has_w and not cfg.one_pass) else torch.empty
     partial = alloc((g, n) if has_w else (1, 1), dtype=torch.float32, device=x.device)
     w = weight if has_w else xr
-    _rms_norm_bwd_kernel[(g,)](
-        dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program,
-        dyr.stride(0), xr.stride(0), dxr.stride(0),
+    cached_launch(
+        _LAUNCHES, _rms_norm_bwd_kernel, g,
         HAS_WEIGHT=has_w, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, num_warps=cfg.num_warps,
-    )
+    )(dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program, dyr.stride(0), xr.stride(0), dxr.stride(0))
     if has_w:
         block_cols = 256
-        _column_sum_kernel[(triton.cdiv(n, block_cols),)](partial, dw, g, n, BF16_RNE=bf16_rne(dw.dtype), BLOCK_G=32, BLOCK_N=block_cols, num_warps=4)
+        cached_launch(
+            _LAUNCHES, _column_sum_kernel, cdiv(n, block_cols),
+            BF16_RNE=bf16_rne(dw.dtype), BLOCK_G=32, BLOCK_N=block_cols, num_warps=4,
+        )(partial, dw, g, n)
     return dx, dw
 
 
 # ----------------------------------------------------------------------------- custom ops, autograd
 
 
-@torch.library.custom_op("roofkit::rms_norm_fwd", mutates_args=())
-@on_input_device
-def _rms_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     return _rms_norm_forward(x, weight, eps)
 
 
-@_rms_norm_fwd_op.register_fake
-def _(x, weight, eps):
+def _rms_norm_fwd_fake(x, weight, eps):
     n = x.shape[-1]
     m = x.numel() // n if n else 0
     return torch.empty(x.shape, dtype=x.dtype, device=x.device), x.new_empty((m,), dtype=torch.float32)
 
 
-@torch.library.custom_op("roofkit::rms_norm_bwd", mutates_args=())
-@on_input_device
-def _rms_norm_bwd_op(
+def _rms_norm_bwd(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _rms_norm_backward(dy, x, weight, rstd)
 
 
-@_rms_norm_bwd_op.register_fake
-def _(dy, x, weight, rstd):
+def _rms_norm_bwd_fake(dy, x, weight, rstd):
     n = x.shape[-1]
     dw = x.new_empty((n,) if weight is not None else (0,), dtype=weight.dtype if weight is not None else x.dtype)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device), dw
@@ -345,7 +343,9 @@ def _backward(ctx, grad_y, grad_rstd):
     return dx, (dw if ctx.has_weight else None), None
 
 
-torch.library.register_autograd("roofkit::rms_norm_fwd", _backward, setup_context=_setup_context)
+_LAUNCHES: dict = {}
+_rms_norm_bwd_op = Op("roofkit::rms_norm_bwd", _rms_norm_bwd, _rms_norm_bwd_fake)
+_rms_norm_fwd_op = Op("roofkit::rms_norm_fwd", _rms_norm_fwd, _rms_norm_fwd_fake).autograd(_setup_context, _backward)
 
 
 # ----------------------------------------------------------------------------- public function
@@ -367,7 +367,145 @@ def _as_shape(op: str, normalized_shape) -> tuple[int, ...]:
     return tuple(out)
 
 
-@on_input_device
+def _fwd_plan(x: torch.Tensor, weight: torch.Tensor | None, eps: float, grad: bool):
+    """A checked call's forward as a plan (see ``_PLANS``) and its first result. Contiguous
+    inputs only (the row stride is N). ``grad``: the plan is ``_Planned``'s forward, returning
+    (y, rstd) and, on autograd's behalf, the backward's plan; else it returns y, and rstd goes to
+    a scratch buffer the plan keeps (nobody reads it)."""
+    n = x.shape[-1]
+    m = x.numel() // n
+    cfg = _fwd_config(n)
+    grid = cdiv(m, cfg.BLOCK_M)
+    if cfg.programs_per_sm:
+        grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
+    rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
+    y = torch.empty_like(x)
+    launch = cached_launch(
+        _LAUNCHES, _rms_norm_fwd_kernel, grid,
+        HAS_WEIGHT=weight is not None, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+    )
+    bound = launch.bind(x, weight if weight is not None else x, y, rstd, m, n, eps, n, n)
+    if bound is None:
+        return None, (y, rstd) if grad else y
+    if not grad:
+        scratch = rstd
+
+        def plan(x, weight):
+            y = torch.empty_like(x)
+            bound(x, x if weight is None else weight, y, scratch, m, n, eps, n, n)
+            return y
+
+        return plan, y
+
+    backward = _BwdPlan(m, n, x, weight)
+
+    def plan_grad(x, weight):
+        y = torch.empty_like(x)
+        rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
+        bound(x, x if weight is None else weight, y, rstd, m, n, eps, n, n)
+        return y, rstd, backward
+
+    return plan_grad, (y, rstd, backward)
+
+
+class _BwdPlan:
+    """The backward of one planned forward: both launches bound on first use (the gradient's
+    layout and alignment are part of its key; any other gradient takes the checked launcher)."""
+
+    def __init__(self, m: int, n: int, x: torch.Tensor, weight: torch.Tensor | None):
+        self.m, self.n, self.has_w = m, n, weight is not None
+        self.bound: dict = {}
+
+    def __call__(self, dy, x, weight, rstd):
+        if not (dy.is_contiguous() and type(dy) is torch.Tensor) or not fast_path_ok(dy):
+            return _rms_norm_bwd_op(dy.contiguous(), x, weight, rstd)
+        key = (dy.dtype, dy.data_ptr() & 15)
+        b = self.bound.get(key)
+        m, n = self.m, self.n
+        if b is None:
+            dx, dw, b = _bwd_bind(dy, x, weight, rstd)
+            if b is not None:
+                self.bound[key] = b
+            return dx, dw
+        main, colsum, g, rows_per_program, partial_shape = b
+        dx = torch.empty_like(x)
+        if self.has_w:
+            dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
+            partial = torch.empty(partial_shape, dtype=torch.float32, device=x.device)
+            main(dy, x, weight, rstd, dx, partial, m, n, rows_per_program, n, n, n)
+            colsum(partial, dw, g, n)
+            return dx, dw
+        main(dy, x, x, rstd, dx, rstd, m, n, rows_per_program, n, n, n)
+        return dx, None
+
+
+def _bwd_bind(dy, x, weight, rstd):
+    """The checked backward's launches for contiguous dy, x (one-pass rows only), bound: (dx,
+    dw, (main, column sum, G, rows per program, partial's shape)) or a None binding."""
+    n = x.shape[-1]
+    m = x.numel() // n
+    cfg = _bwd_config(n)
+    has_w = weight is not None
+    if not cfg.one_pass:  # the looping backward accumulates into zeroed partials: not planned
+        dx, dw = _rms_norm_bwd_op(dy, x, weight, rstd)
+        return dx, dw, None
+    g = max(1, min(cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
+    rows_per_program = cdiv(m, g)
+    g = cdiv(m, rows_per_program)
+    dx = torch.empty_like(x)
+    partial_shape = (g, n) if has_w else (1, 1)
+    partial = torch.empty(partial_shape, dtype=torch.float32, device=x.device)
+    main = cached_launch(
+        _LAUNCHES, _rms_norm_bwd_kernel, g,
+        HAS_WEIGHT=has_w, ONE_PASS=True, BF16_RNE=bf16_rne(x.dtype),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, num_warps=cfg.num_warps,
+    ).bind(dy, x, weight if has_w else x, rstd, dx, partial if has_w else rstd, m, n, rows_per_program, n, n, n)
+    if not has_w:
+        return dx, None, (main, None, g, rows_per_program, partial_shape) if main is not None else None
+    dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
+    block_cols = 256
+    colsum = cached_launch(
+        _LAUNCHES, _column_sum_kernel, cdiv(n, block_cols),
+        BF16_RNE=bf16_rne(dw.dtype), BLOCK_G=32, BLOCK_N=block_cols, num_warps=4,
+    ).bind(partial, dw, g, n)
+    if main is None or colsum is None:
+        return dx, dw, None
+    return dx, dw, (main, colsum, g, rows_per_program, partial_shape)
+
+
+class _Planned(torch.autograd.Function):
+    """rms_norm through kept plans, forward and backward (one output: y)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, plan):
+        y, rstd, backward = plan(x, weight)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.backward_plan = backward
+        ctx.set_materialize_grads(False)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        if dy is None:
+            return None, None, None
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw = ctx.backward_plan(dy, x, weight, rstd)
+        return dx, dw if ctx.needs_input_grad[1] else None, None
+
+
+# Plans of checked inference calls, by everything the checks and the kernel's specialization
+# read: a repeated call skips both and launches the compiled kernel directly.
+_PLANS = Plans()
+
+
+def _plan_key(input, normalized_shape, weight, eps):
+    w = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
+                                      weight.data_ptr() & 15)
+    return (input.shape, input.stride(), input.dtype, input.get_device(), input.data_ptr() & 15,
+            normalized_shape, w, eps)
+
+
 def rms_norm(
     input: torch.Tensor,
     normalized_shape,
@@ -405,6 +543,18 @@ def rms_norm(
     Source:
         Zhang & Sennrich 2019; Triton tutorial 05 (two-stage weight-gradient reduction).
     """
+    fast = type(input) in _PLAIN and fast_path_ok(input)
+    if fast:
+        try:
+            grad = needs_grad(input, weight)
+            key = (grad, _plan_key(input, normalized_shape, weight, eps))
+            plan = _PLANS.get(key)
+        except (TypeError, AttributeError):  # unhashable or non-tensor arguments: the checks decide
+            fast = False
+        else:
+            if plan is not None:
+                return _Planned.apply(input, weight, plan) if grad else plan(input, weight)
+            fast = input.is_contiguous() and input.numel() > 0 and (weight is None or weight.is_contiguous())
     op = "rms_norm"
     check_tensor(op, "input", input)
     normalized_shape = _as_shape(op, normalized_shape)
@@ -431,7 +581,16 @@ def rms_norm(
         raise ValueError(f"roofkit.{op}: eps {eps} does not fit a float") from None
     if not eps >= 0:
         raise ValueError(f"roofkit.{op}: eps must be >= 0, got {eps}")
-    y, _ = _rms_norm_fwd_op(input, weight, float(eps))
+    if fast:  # a plain, contiguous CUDA call: keep its plan
+        plan, first = _fwd_plan(input, weight, eps, grad)
+        if plan is not None:
+            _PLANS.add(key, plan)
+            if grad:
+                return _Planned.apply(input, weight, lambda x, w: first)
+            return first
+        if not grad:
+            return first
+    y, _ = _rms_norm_fwd_op.apply(input, weight, eps)
     return y
 
 
@@ -508,6 +667,11 @@ SUITES = {
         case("fp32_1823x781", shape=(1823, 781), dtypes=(torch.float32,)),
         case("hidden_65536x1024", shape=(65536, 1024), dtypes=_BF16),
         case("row_262144", shape=(512, 262144), dtypes=_BF16),
+    ],
+    # host: decoding 8 sequences one token at a time, where the host's cost per call is the time.
+    "host": [
+        case("hidden_8x4096", shape=(8, 4096), dtypes=_BF16),
+        case("hidden_8x4096_fwd_bwd", shape=(8, 4096), dtypes=_BF16, mode="fwd_bwd"),
     ],
 }
 

@@ -20,6 +20,7 @@ tutorial 02 (fused softmax).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import NamedTuple
@@ -33,8 +34,9 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import (FLOAT_DTYPES, bf16_rne, check_tensor, interpreter_active, needs_int64, next_pow2, normalize_dim,
-                      on_input_device, row_view, rows_of, sm_count)
+from ._common import (FLOAT_DTYPES, INTERPRETED, bf16_rne, check_tensor, next_pow2, normalize_dim, row_view, rows_of,
+                      sm_count, cdiv)
+from ._runtime import Op, cached_launch
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -95,27 +97,51 @@ def _launch_config(n: int, device: torch.device | None = None, m: int | None = N
     (``ONLINE_BLOCK_N_LONG`` past 65536), which measured faster than the split form when rows
     are plentiful (the split form's cross-program wait costs more than the online path's
     second read, much of which the L2 serves)."""
+    # Cached per (n, the facts it depends on, the module's tunables): the tunables are read per
+    # call so that setting them (tests monkeypatch them) still takes effect; the row count
+    # matters only through "fewer rows than SMs".
+    cfg = _one_pass_config(n, ONE_PASS_MAX_N)
+    if cfg is not None:
+        return cfg
+    on_cuda = device is not None and device.type == "cuda"
+    sms = sm_count(device) if on_cuda else 0
+    few_rows = m is None or not on_cuda or m < sms
+    return _long_row_config(n, sms, few_rows, SPLIT_SEG, MAX_SPLITS, SPLIT_NUM_WARPS, ONLINE_BLOCK_N,
+                            ONLINE_BLOCK_N_LONG)
+
+
+@functools.lru_cache(maxsize=None)
+def _one_pass_config(n: int, one_pass_max_n: int) -> Config | None:
+    """The configuration of rows held on chip, or None when the row is longer."""
     block_n = next_pow2(n)
-    if block_n <= ONE_PASS_MAX_N:
+    if block_n <= one_pass_max_n:
         block_m = max(1, 2048 // block_n)
         return Config(True, block_m, block_n, max(4, min(32, block_m * block_n // 512)))
-    splits = triton.cdiv(n, SPLIT_SEG)
-    on_cuda = device is not None and device.type == "cuda"
-    max_splits = min(MAX_SPLITS, sm_count(device)) if on_cuda else MAX_SPLITS
-    few_rows = m is None or not on_cuda or m < sm_count(device)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _long_row_config(n: int, sms: int, few_rows: bool, split_seg: int, max_splits: int, split_num_warps: int,
+                     online_block_n: int, online_block_n_long: int) -> Config:
+    """Rows longer than one pass holds: split (``sms`` > 0 on CUDA caps the split count), else
+    the online path."""
+    block_n = next_pow2(n)
+    splits = triton.cdiv(n, split_seg)
+    if sms:
+        max_splits = min(max_splits, sms)
     if few_rows and splits <= max_splits:
         seg = next_pow2(triton.cdiv(n, splits))
-        return Config(True, 1, seg, max(4, min(SPLIT_NUM_WARPS, seg // 512)), splits=splits)
+        return Config(True, 1, seg, max(4, min(split_num_warps, seg // 512)), splits=splits)
     if block_n <= 65536:
-        return Config(False, 1, ONLINE_BLOCK_N, max(4, ONLINE_BLOCK_N // 512))
-    return Config(False, 1, ONLINE_BLOCK_N_LONG, max(4, min(32, ONLINE_BLOCK_N_LONG // 512)))
+        return Config(False, 1, online_block_n, max(4, online_block_n // 512))
+    return Config(False, 1, online_block_n_long, max(4, min(32, online_block_n_long // 512)))
 
 
-def _grid(m: int, cfg: Config, device: torch.device) -> tuple[int]:
-    blocks = triton.cdiv(m, cfg.BLOCK_M)
+def _grid(m: int, cfg: Config, device: torch.device) -> int:
+    blocks = cdiv(m, cfg.BLOCK_M)
     if cfg.programs_per_sm:
         blocks = min(blocks, max(1, int(cfg.programs_per_sm * sm_count(device))))
-    return (blocks,)
+    return blocks
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -358,10 +384,16 @@ def _softmax_split_bwd_kernel(
 # ----------------------------------------------------------------------------- host launchers
 
 
+
 def _output_rows(like: torch.Tensor, dim: int, dtype: torch.dtype):
     """A contiguous output shaped like ``like`` and its (rows, N) view, or a scratch buffer when
     no view exists (the caller copies it back with ``_finish``)."""
-    out = torch.empty(like.shape, dtype=dtype, device=like.device)
+    if dtype == like.dtype and like.is_contiguous():
+        out = torch.empty_like(like)  # skips parsing a shape, dtype and device: microseconds
+    else:
+        out = torch.empty(like.shape, dtype=dtype, device=like.device)
+    if dim == out.dim() - 1:
+        return out, out.view(-1, out.shape[-1]), False  # the common case, without movedim's cost
     view = row_view(out, dim)
     if view is not None:
         return out, view, False
@@ -374,11 +406,16 @@ def _finish(out: torch.Tensor, rows: torch.Tensor, dim: int, copied: bool) -> to
     return out
 
 
+# ``ROOFKIT_SOFTMAX_SPLIT_PHASES=2`` (see ``_split_phases``), read once at import: an environment
+# read per call costs microseconds on the host path.
+_FORCE_TWO_PHASES = os.environ.get("ROOFKIT_SOFTMAX_SPLIT_PHASES") == "2"
+
+
 def _split_phases() -> tuple[int, ...]:
     """One fused launch on the GPU; two launches (partials, then normalize) under the
     interpreter, which runs a grid's programs one after another (a waiting program would spin
     forever). ``ROOFKIT_SOFTMAX_SPLIT_PHASES=2`` forces the two-launch form on the GPU too."""
-    if interpreter_active() or os.environ.get("ROOFKIT_SOFTMAX_SPLIT_PHASES") == "2":
+    if INTERPRETED or _FORCE_TWO_PHASES:
         return (1, 2)
     return (0,)
 
@@ -389,24 +426,27 @@ def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None
     xr = rows_of(x, dim)
     out, yr, copied = _output_rows(x, dim, x.dtype)
     m, n = xr.shape
+    sxm, sxn = xr.stride()
+    sym, syn = yr.stride()
     cfg = config or _launch_config(n, x.device, m)
-    use_int64 = needs_int64(n * xr.stride(1), n * yr.stride(1))
+    use_int64 = n * (abs(sxn) + abs(syn)) >= 2**31  # needs_int64(n * sxn, n * syn)
     if cfg.splits:
-        seg = triton.cdiv(n, cfg.splits)
+        seg = cdiv(n, cfg.splits)
+        splits_p2 = 1 << (cfg.splits - 1).bit_length()  # next_pow2(splits), without triton's call cost
         part = torch.empty((m, cfg.splits, 2), dtype=torch.float32, device=x.device)
         count = torch.zeros(m + 1, dtype=torch.int32, device=x.device)
         for phase in _split_phases():
-            _softmax_split_fwd_kernel[(m * cfg.splits,)](
-                xr, yr, part, count, m, n, seg, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
+            cached_launch(
+                _LAUNCHES, _softmax_split_fwd_kernel, m * cfg.splits,
                 LOG=log, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype), SPLITS=cfg.splits,
-                SPLITS_P2=next_pow2(cfg.splits), BLOCK_N=cfg.BLOCK_N, PHASE=phase, num_warps=cfg.num_warps,
-            )
+                SPLITS_P2=splits_p2, BLOCK_N=cfg.BLOCK_N, PHASE=phase, num_warps=cfg.num_warps,
+            )(xr, yr, part, count, m, n, seg, sxm, sxn, sym, syn)
         return _finish(out, yr, dim, copied)
-    _softmax_fwd_kernel[_grid(m, cfg, x.device)](
-        xr, yr, m, n, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1),
+    cached_launch(
+        _LAUNCHES, _softmax_fwd_kernel, _grid(m, cfg, x.device),
         LOG=log, ONE_PASS=cfg.one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
-    )
+    )(xr, yr, m, n, sxm, sxn, sym, syn)
     return _finish(out, yr, dim, copied)
 
 
@@ -417,51 +457,47 @@ def _softmax_backward(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool, 
     yr = rows_of(y, dim)
     out, dxr, copied = _output_rows(y, dim, y.dtype)
     m, n = yr.shape
+    sdym, sdyn = dyr.stride()
+    sym, syn = yr.stride()
+    sdxm, sdxn = dxr.stride()
     cfg = config or _launch_config(n, y.device, m)
-    use_int64 = needs_int64(n * dyr.stride(1), n * yr.stride(1), n * dxr.stride(1))
+    use_int64 = n * (abs(sdyn) + abs(syn) + abs(sdxn)) >= 2**31  # needs_int64(n * each column stride)
     if cfg.splits:
-        seg = triton.cdiv(n, cfg.splits)
+        seg = cdiv(n, cfg.splits)
+        splits_p2 = 1 << (cfg.splits - 1).bit_length()  # next_pow2(splits), without triton's call cost
         part = torch.empty((m, cfg.splits), dtype=torch.float32, device=y.device)
         count = torch.zeros(m + 1, dtype=torch.int32, device=y.device)
         for phase in _split_phases():
-            _softmax_split_bwd_kernel[(m * cfg.splits,)](
-                dyr, yr, dxr, part, count, m, n, seg,
-                dyr.stride(0), dyr.stride(1), yr.stride(0), yr.stride(1), dxr.stride(0), dxr.stride(1),
+            cached_launch(
+                _LAUNCHES, _softmax_split_bwd_kernel, m * cfg.splits,
                 LOG=log, USE_INT64=use_int64, BF16_RNE=bf16_rne(y.dtype), SPLITS=cfg.splits,
-                SPLITS_P2=next_pow2(cfg.splits), BLOCK_N=cfg.BLOCK_N, PHASE=phase, num_warps=cfg.num_warps,
-            )
+                SPLITS_P2=splits_p2, BLOCK_N=cfg.BLOCK_N, PHASE=phase, num_warps=cfg.num_warps,
+            )(dyr, yr, dxr, part, count, m, n, seg, sdym, sdyn, sym, syn, sdxm, sdxn)
         return _finish(out, dxr, dim, copied)
-    _softmax_bwd_kernel[_grid(m, cfg, y.device)](
-        dyr, yr, dxr, m, n,
-        dyr.stride(0), dyr.stride(1), yr.stride(0), yr.stride(1), dxr.stride(0), dxr.stride(1),
+    cached_launch(
+        _LAUNCHES, _softmax_bwd_kernel, _grid(m, cfg, y.device),
         LOG=log, ONE_PASS=cfg.one_pass, USE_INT64=use_int64, BF16_RNE=bf16_rne(y.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
-    )
+    )(dyr, yr, dxr, m, n, sdym, sdyn, sym, syn, sdxm, sdxn)
     return _finish(out, dxr, dim, copied)
 
 
 # ----------------------------------------------------------------------------- custom ops, autograd
 
 
-@torch.library.custom_op("roofkit::softmax_fwd", mutates_args=())
-@on_input_device
-def _softmax_fwd_op(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+def _softmax_fwd(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     return _softmax_forward(x, dim, log)
 
 
-@_softmax_fwd_op.register_fake
-def _(x, dim, log):
+def _softmax_fwd_fake(x, dim, log):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-@torch.library.custom_op("roofkit::softmax_bwd", mutates_args=())
-@on_input_device
-def _softmax_bwd_op(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+def _softmax_bwd(grad: torch.Tensor, y: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     return _softmax_backward(grad, y, dim, log)
 
 
-@_softmax_bwd_op.register_fake
-def _(grad, y, dim, log):
+def _softmax_bwd_fake(grad, y, dim, log):
     return torch.empty(y.shape, dtype=y.dtype, device=y.device)
 
 
@@ -476,7 +512,9 @@ def _backward(ctx, grad):
     return _softmax_bwd_op(grad, y, ctx.dim, ctx.log), None, None
 
 
-torch.library.register_autograd("roofkit::softmax_fwd", _backward, setup_context=_setup_context)
+_LAUNCHES: dict = {}
+_softmax_bwd_op = Op("roofkit::softmax_bwd", _softmax_bwd, _softmax_bwd_fake)
+_softmax_fwd_op = Op("roofkit::softmax_fwd", _softmax_fwd, _softmax_fwd_fake).autograd(_setup_context, _backward)
 
 
 # ----------------------------------------------------------------------------- public functions
@@ -495,7 +533,6 @@ def _prepare(op: str, input, dim, dtype):
     return input, dim, False
 
 
-@on_input_device
 def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Softmax along ``dim``: y_i = exp(x_i - max x) / sum_j exp(x_j - max x).
 
@@ -525,11 +562,10 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
         Triton tutorial 02 (fused softmax); Milakov & Gimelshein 2018 (online normalizer).
     """
     x, d, scalar = _prepare("softmax", input, dim, dtype)
-    y = _softmax_fwd_op(x, d, False)
+    y = _softmax_fwd_op.apply(x, d, False)
     return y.reshape(()) if scalar else y
 
 
-@on_input_device
 def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Log-softmax along ``dim``: y_i = x_i - max x - log(sum_j exp(x_j - max x)).
 
@@ -538,7 +574,7 @@ def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = 
     Source: as :func:`softmax`.
     """
     x, d, scalar = _prepare("log_softmax", input, dim, dtype)
-    y = _softmax_fwd_op(x, d, True)
+    y = _softmax_fwd_op.apply(x, d, True)
     return y.reshape(()) if scalar else y
 
 
@@ -632,6 +668,15 @@ SUITES = {
         case("fp32_4000x4000", shape=(4000, 4000), dtypes=_F32),
         case("row_1_1Mx1", shape=(1 << 20, 1), dtypes=_BF16),
         case("row_262144", shape=(512, 262144), dtypes=_BF16),
+    ],
+    # host: decoding 8 sequences one token at a time, where the host's cost per call is the time:
+    # rows of 4096 (attention probabilities) and the sampling softmax over mistral-7b's vocab 32000
+    # (the logits rows are also log_softmax's host suite).
+    "host": [
+        case("attn_8x4096", shape=(8, 4096), dtypes=_BF16),
+        case("attn_8x4096_fwd_bwd", shape=(8, 4096), dtypes=_BF16, mode="fwd_bwd"),
+        case("logits_8x32000", shape=(8, 32000), dtypes=_BF16),
+        case("logits_8x32000_fwd_bwd", shape=(8, 32000), dtypes=_BF16, mode="fwd_bwd"),
     ],
 }
 

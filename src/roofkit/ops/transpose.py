@@ -20,6 +20,7 @@ C/C++" (NVIDIA, 2013).
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import NamedTuple
@@ -31,7 +32,8 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import interpreter_active, next_pow2, on_input_device
+from ._common import interpreter_active, next_pow2, cdiv
+from ._runtime import Op, cached_launch
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -81,14 +83,19 @@ class Config(NamedTuple):
 def _tile_config(k: int, l: int, elem_size: int, transposing: bool) -> Config:
     """Deterministic heuristic: square tiles of TILE_SIDE[elem] when the fast dims differ (a short
     side lets the other grow, tile area kept), rows of up to ROW_TILE_BYTES when they are equal."""
+    return _tile_config_of(k, l, elem_size, transposing, TILE_SIDE[elem_size], TILE_WARPS[elem_size], ROW_TILE_BYTES)
+
+
+def _tile_config_of(k: int, l: int, elem_size: int, transposing: bool, side: int, side_warps: int,
+                    row_tile_bytes: int) -> Config:
+    """``_tile_config`` with the tunables it reads given."""
     if transposing:
-        side = TILE_SIDE[elem_size]
         area = side * side
         block_l = min(next_pow2(l), side)
         block_k = min(next_pow2(k), area // block_l)
         block_l = min(next_pow2(l), area // block_k)
-        return Config(block_k, block_l, TILE_WARPS[elem_size])
-    tile = ROW_TILE_BYTES // elem_size
+        return Config(block_k, block_l, side_warps)
+    tile = row_tile_bytes // elem_size
     block_l = min(next_pow2(l), tile)
     block_k = min(next_pow2(k), max(1, tile // block_l))
     warps = max(1, min(8, block_k * block_l * elem_size // 2048))
@@ -146,11 +153,17 @@ def _copy_kernel(x_ptr, y_ptr, numel, USE_INT64: tl.constexpr, BLOCK: tl.constex
 # ----------------------------------------------------------------------------- host launchers
 
 
+
 def _merged(t: torch.Tensor) -> tuple[list[int], list[int]]:
     """Shape and strides of ``t`` with size-1 dims dropped and adjacent dims merged wherever
     the strides allow (the element order is unchanged)."""
+    return _merged_of(t.shape, t.stride())
+
+
+def _merged_of(sizes, strides_in) -> tuple[list[int], list[int]]:
+    """``_merged`` of a tensor of these sizes and strides."""
     shape, strides = [], []
-    for size, stride in zip(t.shape, t.stride()):
+    for size, stride in zip(sizes, strides_in):
         if size == 1:
             continue
         if shape and strides[-1] == stride * size:
@@ -179,8 +192,17 @@ class Plan(NamedTuple):
 def _plan(shape: list[int], xs: list[int], elem_size: int) -> Plan | None:
     """Launch plan for writing, contiguously, a view of merged ``shape`` and input strides
     ``xs`` (at most MAX_DIMS dims); None if there are more dims than the kernel takes."""
+    # Cached per problem and per value of the tunables it reads (read per call so that setting
+    # them still takes effect); bounded, the keys hold shapes.
+    return _plan_of(tuple(shape), tuple(xs), elem_size, MAX_DIMS, TILE_SIDE[elem_size], TILE_WARPS[elem_size],
+                    ROW_TILE_BYTES)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_of(shape: tuple[int, ...], xs: tuple[int, ...], elem_size: int, max_dims: int, side: int, side_warps: int,
+             row_tile_bytes: int) -> Plan | None:
     shape, xs = list(shape), list(xs)
-    if len(shape) > MAX_DIMS:
+    if len(shape) > max_dims:
         return None
     while len(shape) < 2:
         shape.insert(0, 1)
@@ -199,7 +221,7 @@ def _plan(shape: list[int], xs: list[int], elem_size: int) -> Plan | None:
     bs = [shape[d] if d is not None else 1 for d in batch]
     bxs = [xs[d] if d is not None else 0 for d in batch]
     bys = [ys[d] if d is not None else 0 for d in batch]
-    cfg = _tile_config(shape[k], shape[last], elem_size, transposing)
+    cfg = _tile_config_of(shape[k], shape[last], elem_size, transposing, side, side_warps, row_tile_bytes)
     tiles = triton.cdiv(shape[k], cfg.BLOCK_K) * triton.cdiv(shape[last], cfg.BLOCK_L)
     # In-tile offsets are int32 unless they can reach 2**31 (batch offsets are always int64).
     reach = (shape[k] + cfg.BLOCK_K) * (abs(xs[k]) + ys[k]) + (shape[last] + cfg.BLOCK_L) * (abs(xs[last]) + 1)
@@ -212,44 +234,48 @@ def _plan(shape: list[int], xs: list[int], elem_size: int) -> Plan | None:
 
 def _transpose_forward(x: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
     size = x.element_size()
+    bits = _BITS[size]
+    # The transposed view's sizes and strides, without making the view (the kernels take the
+    # input's data pointer; the strides say where each element is).
+    shape, strides = list(x.shape), list(x.stride())
+    shape[dim0], shape[dim1] = shape[dim1], shape[dim0]
+    strides[dim0], strides[dim1] = strides[dim1], strides[dim0]
     # Allocated as raw bits of the element's size (torch warns on some dtypes' allocation).
-    yb = torch.empty(torch.transpose(x, dim0, dim1).shape, dtype=_BITS[size], device=x.device)
+    yb = torch.empty(shape, dtype=bits, device=x.device)
     out = yb.view(x.dtype)
     if x.numel() == 0:
         return out
-    xb = x.view(_BITS[size])
-    xt = xb.transpose(dim0, dim1)
-    if xt.is_contiguous():
-        # The transposed view is already in memory order: a flat copy from the data pointer.
+    xb = x if x.dtype == bits else x.view(bits)
+    merged_shape, merged_strides = _merged_of(shape, strides)
+    if not merged_shape or (len(merged_shape) == 1 and merged_strides[0] == 1):
+        # The transposed view is already in memory order (contiguous): a flat copy from the data
+        # pointer.
         block = COPY_BLOCK_BYTES // size
-        n = xt.numel()
-        _copy_kernel[(triton.cdiv(n, block),)](
-            xt, yb, n, USE_INT64=n + block >= 2**31, BLOCK=block, num_warps=8,
-        )
+        n = x.numel()
+        cached_launch(
+            _LAUNCHES, _copy_kernel, cdiv(n, block), USE_INT64=n + block >= 2**31, BLOCK=block, num_warps=8,
+        )(xb, yb, n)
         return out
-    plan = _plan(*_merged(xt), size)
+    plan = _plan(merged_shape, merged_strides, size)
     if plan is None:
         # Only inputs with many unmergeable strides get here: one contiguous copy first.
         return _transpose_forward(x.contiguous(), dim0, dim1)
     cfg = plan.config
-    _transpose_kernel[(plan.grid,)](
-        xt, yb, plan.K, plan.L, plan.B1, plan.B2, *plan.x_strides, *plan.y_strides,
+    cached_launch(
+        _LAUNCHES, _transpose_kernel, plan.grid,
         USE_INT64=plan.use_int64, BLOCK_K=cfg.BLOCK_K, BLOCK_L=cfg.BLOCK_L, num_warps=cfg.num_warps,
-    )
+    )(xb, yb, plan.K, plan.L, plan.B1, plan.B2, *plan.x_strides, *plan.y_strides)
     return out
 
 
 # ----------------------------------------------------------------------------- custom op, autograd
 
 
-@torch.library.custom_op("roofkit::transpose", mutates_args=())
-@on_input_device
-def _transpose_op(x: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
+def _transpose(x: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
     return _transpose_forward(x, dim0, dim1)
 
 
-@_transpose_op.register_fake
-def _(x, dim0, dim1):
+def _transpose_fake(x, dim0, dim1):
     return x.new_empty(torch.transpose(x, dim0, dim1).shape)
 
 
@@ -261,7 +287,8 @@ def _backward(ctx, grad):
     return _transpose_op(grad, ctx.dim0, ctx.dim1), None, None
 
 
-torch.library.register_autograd("roofkit::transpose", _backward, setup_context=_setup_context)
+_LAUNCHES: dict = {}
+_transpose_op = Op("roofkit::transpose", _transpose, _transpose_fake).autograd(_setup_context, _backward)
 
 
 # ----------------------------------------------------------------------------- public function
@@ -298,7 +325,6 @@ def _check_dim(op: str, name: str, d, ndim: int) -> int:
     return d % lim
 
 
-@on_input_device
 def transpose(input: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
     """``input`` with dims ``dim0`` and ``dim1`` swapped, as a new contiguous tensor.
 
@@ -330,8 +356,8 @@ def transpose(input: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
     d0 = _check_dim(op, "dim0", dim0, input.dim())
     d1 = _check_dim(op, "dim1", dim1, input.dim())
     if input.dim() == 0:
-        return _transpose_op(input.reshape(1), 0, 0).reshape(())
-    return _transpose_op(input, d0, d1)
+        return _transpose_op.apply(input.reshape(1), 0, 0).reshape(())
+    return _transpose_op.apply(input, d0, d1)
 
 
 # ----------------------------------------------------------------------------- spec
@@ -424,6 +450,12 @@ SUITES = {
         case("square_16384x16384_bf16", shape=(16384, 16384), dim0=0, dim1=1, dtypes=_BF16),
         case("short_side_8x4Mi", shape=(8, 1 << 22), dim0=0, dim1=1, dtypes=_F32),
         case("int8_8192x8192", shape=(8192, 8192), dim0=0, dim1=1, dtypes=(torch.int8,)),
+    ],
+    # host: one decoding step of 8 tokens x 32 heads of 128 put head-major, where the host's cost
+    # per call is the time.
+    "host": [
+        case("tokens_heads_8x32x128", shape=(8, 32, 128), dim0=0, dim1=1, dtypes=_BF16),
+        case("tokens_heads_8x32x128_fwd_bwd", shape=(8, 32, 128), dim0=0, dim1=1, dtypes=_BF16, mode="fwd_bwd"),
     ],
 }
 

@@ -30,6 +30,12 @@ Program mapping.
   bitwise reproducible; the default, measured faster), or, with the module switch
   ``ATOMIC_DQ = True`` and ``deterministic=False``, accumulates in the dK/dV program with fp32
   atomics. No (Sq, Sk) matrix is ever stored.
+- The saved lse is two fp32 numbers per row, hi + lo (``_kernels._lse_hi_lo``): the backward
+  recomputes P = 2^(s * scale - lse), and one fp32 lse of magnitude |m| would be off by up to
+  |m| * 2^-25, a relative error shared by every P of the row (at logits of std 30, 10x torch's
+  own error in dV); with lo the row sums of P stay within a few ulps of one at any magnitude.
+- Under the Triton interpreter the dots run in float64 and round once (``_mma``'s UPCAST):
+  numpy's float32 product is OpenBLAS's sgemm, whose rounding depends on the processor.
 Source: Dao et al., "FlashAttention" (2022) and "FlashAttention-2" (2023); Dao et al.,
 "Flash-Decoding for long-context inference" (2023); Milakov & Gimelshein (2018, online softmax).
 

@@ -10,8 +10,9 @@ from typing import NamedTuple
 import torch
 import triton
 
-from .._common import bf16_rne, interpreter_active, next_pow2, sm_count
+from .._common import INTERPRETED, bf16_rne, cdiv, next_pow2, sm_count
 from .._gemm import tma_supported
+from .._runtime import launch
 from ._kernels import (
     _attn_bwd_dkdv_kernel,
     _attn_bwd_dq_kernel,
@@ -20,6 +21,8 @@ from ._kernels import (
     _attn_decode_kernel,
     _attn_fwd_kernel,
 )
+
+_LAUNCHES: dict = {}
 
 LOG2E = 1.4426950408889634
 FP32_MIN_NORMAL = 2.0**-126  # below it a float32 scale may be flushed to zero on the device
@@ -63,7 +66,7 @@ def _fwd_config(d_pad: int, causal: bool, dtype: torch.dtype, sq: int) -> Config
     order holds for pointer loads. d = 256: 64 x 64, 4 warps, 2 stages (the shared-memory ring
     and the accumulator grow with d); fp32 inputs (IEEE dots) 64 x 32. Short query sequences
     shrink BLOCK_M. Interpreter: 16 x 16."""
-    if interpreter_active():
+    if INTERPRETED:
         return Config(16, 16, 4, 1)
     if dtype == torch.float32:
         cfg = Config(64, 32, 4, 2)
@@ -80,7 +83,7 @@ def _fwd_config(d_pad: int, causal: bool, dtype: torch.dtype, sq: int) -> Config
 def _bwd_config(d_pad: int, dtype: torch.dtype) -> tuple[Config, Config]:
     """(dK/dV kernel: BLOCK_M query rows per step x BLOCK_N keys per program,
     dQ kernel: BLOCK_M query rows per program x BLOCK_N keys per step)."""
-    if interpreter_active():
+    if INTERPRETED:
         return Config(16, 16, 4, 1), Config(16, 16, 4, 1)
     if dtype == torch.float32:
         return Config(32, 64, 4, 2), Config(64, 32, 4, 2)
@@ -93,7 +96,7 @@ def _decode_config(d_pad: int, dtype: torch.dtype, rows: int) -> Config:
     """Split-KV tile: BLOCK_M covers the group's query rows (>= 16 for tl.dot); 64 keys per step
     (32 for d = 256 or fp32), 4 warps, 4 stages so that several K/V loads are in flight."""
     bm = max(16, next_pow2(rows))
-    if interpreter_active():
+    if INTERPRETED:
         return Config(bm, 16, 4, 1)
     bn = 32 if (d_pad > 128 or dtype == torch.float32) else 64
     return Config(bm, bn, 4, 3 if d_pad > 128 else 4)
@@ -106,11 +109,11 @@ def _use_decode(g: int, sq: int, sk: int) -> bool:
 def _decode_splits(pairs: int, sk: int, block_n: int, device: torch.device) -> tuple[int, int]:
     """(number of KV chunks, chunk length in keys, a multiple of block_n): enough programs for
     DECODE_PROGRAMS_PER_SM per SM, each chunk at least DECODE_MIN_BLOCKS blocks long."""
-    n_blocks = triton.cdiv(sk, block_n)
-    want = triton.cdiv(DECODE_PROGRAMS_PER_SM * sm_count(device), max(1, pairs))
+    n_blocks = cdiv(sk, block_n)
+    want = cdiv(DECODE_PROGRAMS_PER_SM * sm_count(device), max(1, pairs))
     splits = max(1, min(want, n_blocks // DECODE_MIN_BLOCKS))
-    per = triton.cdiv(n_blocks, splits)
-    return triton.cdiv(n_blocks, per), per * block_n
+    per = cdiv(n_blocks, splits)
+    return cdiv(n_blocks, per), per * block_n
 
 
 # ----------------------------------------------------------------------------- host side
@@ -119,8 +122,8 @@ def _decode_splits(pairs: int, sk: int, block_n: int, device: torch.device) -> t
 def _flags(q: torch.Tensor, d: int, d_pad: int) -> dict:
     return dict(
         EVEN_D=d == d_pad,
-        IEEE=q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and interpreter_active()),
-        UPCAST=interpreter_active(),
+        IEEE=q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and INTERPRETED),
+        UPCAST=INTERPRETED,
     )
 
 
@@ -172,14 +175,14 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
             plse = torch.empty((2, B * hq * sq, splits), dtype=torch.float32, device=q.device)
         else:
             po, plse = lse_hi, lse  # unused
-        _attn_decode_kernel[(B * hkv, splits)](
+        launch(_LAUNCHES, _attn_decode_kernel, (B * hkv, splits),
             q, k, v, out, lse_hi, lse_lo, o32, po, plse[0], plse[1], *strides, hkv, g, sq, sk, d, qk_scale, chunk, splits,
             IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O32=keep_fp32,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
         )
         if splits > 1:
-            _attn_decode_combine_kernel[(B * hq * sq,)](
+            launch(_LAUNCHES, _attn_decode_combine_kernel, (B * hq * sq,),
                 po, plse[0], plse[1], out, lse_hi, lse_lo, o32, *out.stride(), hq, sq, d, splits,
                 BF16_RNE=bf16_rne(q.dtype), STORE_O32=keep_fp32, BLOCK_S=next_pow2(splits), BLOCK_D=d_pad,
                 num_warps=4,
@@ -187,9 +190,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         return out, lse, o32
     cfg = _fwd_config(d_pad, causal, q.dtype, sq)
     use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * d) >= 2**31
-    grid = (B * hq, triton.cdiv(sq, cfg.BLOCK_M))
+    grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
-    _attn_fwd_kernel[grid](
+    launch(_LAUNCHES, _attn_fwd_kernel, grid,
         q, k, v, out, lse_hi, lse_lo, o32, *(descs or (k, v)), *strides, hq, g, sq, sk, d, qk_scale,
         IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32, DESC=descs is not None,
         FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL,
@@ -212,9 +215,9 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
     flags = _flags(q, d, d_pad)
     rne = bf16_rne(q.dtype)
     delta = torch.empty((B, hq, sq), dtype=torch.float32, device=q.device)
-    pre_m = 64 if not interpreter_active() else 16
+    pre_m = 64 if not INTERPRETED else 16
     has_dlse = dlse is not None
-    _attn_bwd_preprocess_kernel[(B * hq, triton.cdiv(sq, pre_m))](
+    launch(_LAUNCHES, _attn_bwd_preprocess_kernel, (B * hq, cdiv(sq, pre_m)),
         out, do, dlse[0].contiguous() if has_dlse else lse[0], delta, *out.stride(), *do.stride(), hq, sq, d,
         HAS_DLSE=has_dlse, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
     )
@@ -228,7 +231,7 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
     else:
         dq_acc = torch.zeros((B, hq, sq, d), dtype=torch.float32, device=q.device)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    _attn_bwd_dkdv_kernel[(B * hkv, triton.cdiv(sk, kv_cfg.BLOCK_N))](
+    launch(_LAUNCHES, _attn_bwd_dkdv_kernel, (B * hkv, cdiv(sk, kv_cfg.BLOCK_N)),
         q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, *common, *dk.stride(),
         hkv, g, sq, sk, d, scale, scale * LOG2E,
         IS_CAUSAL=causal, ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne,
@@ -236,7 +239,7 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
         num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **flags,
     )
     if deterministic:
-        _attn_bwd_dq_kernel[(B * hq, triton.cdiv(sq, q_cfg.BLOCK_M))](
+        launch(_LAUNCHES, _attn_bwd_dq_kernel, (B * hq, cdiv(sq, q_cfg.BLOCK_M)),
             q, k, v, do, lse[0], lse[1], delta, dq, *common, *dq.stride(),
             hq, g, sq, sk, d, scale, scale * LOG2E,
             IS_CAUSAL=causal, BF16_RNE=rne,

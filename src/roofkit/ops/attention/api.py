@@ -9,7 +9,8 @@ import numbers
 import numpy as np
 import torch
 
-from .._common import check_same_device, check_tensor, on_input_device
+from .._common import check_same_device, check_tensor
+from .._runtime import Op
 from ._launch import _backward, _forward
 
 MAX_HEAD_DIM = 256
@@ -18,32 +19,26 @@ MAX_HEAD_DIM = 256
 # ----------------------------------------------------------------------------- custom ops, autograd
 
 
-@torch.library.custom_op("roofkit::attention_fwd", mutates_args=())
-@on_input_device
-def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                      deterministic: bool, keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                   deterministic: bool, keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, base-2 lse as [2, B, Hq, Sq] hi and lo, fp32 out or empty); ``deterministic`` only
     selects the backward."""
     return _forward(q, k, v, causal, scale, keep_fp32)
 
 
-@_attention_fwd_op.register_fake
-def _(q, k, v, causal, scale, deterministic, keep_fp32):
+def _attention_fwd_fake(q, k, v, causal, scale, deterministic, keep_fp32):
     B, hq, sq, d = q.shape
     return (q.new_empty((B, hq, sq, d)), q.new_empty((2, B, hq, sq), dtype=torch.float32),
             q.new_empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32))
 
 
-@torch.library.custom_op("roofkit::attention_bwd", mutates_args=())
-@on_input_device
-def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                      lse: torch.Tensor, dlse: torch.Tensor | None, causal: bool, scale: float,
-                      deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, dlse: torch.Tensor | None, causal: bool, scale: float,
+                   deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _backward(do, q, k, v, out, lse, dlse, causal, scale, deterministic)
 
 
-@_attention_bwd_op.register_fake
-def _(do, q, k, v, out, lse, dlse, causal, scale, deterministic):
+def _attention_bwd_fake(do, q, k, v, out, lse, dlse, causal, scale, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -62,7 +57,9 @@ def _attention_backward(ctx, dout, dlse, do32):
     return dq, dk, dv, None, None, None, None
 
 
-torch.library.register_autograd("roofkit::attention_fwd", _attention_backward, setup_context=_setup_context)
+_attention_bwd_op = Op("roofkit::attention_bwd", _attention_bwd, _attention_bwd_fake)
+_attention_fwd_op = Op("roofkit::attention_fwd", _attention_fwd, _attention_fwd_fake).autograd(
+    _setup_context, _attention_backward)
 
 
 # ----------------------------------------------------------------------------- public functions
@@ -126,7 +123,6 @@ def _flag(op: str, name: str, v) -> bool:
     raise TypeError(f"roofkit.{op}: {name} must be a bool; got {type(v).__name__}")
 
 
-@on_input_device
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
@@ -153,7 +149,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     Numerics:
         fp32 scores and softmax statistics (online softmax in base 2, log2(e) folded into the
         scale), P rounded to the input dtype before P @ V, fp32 output accumulator normalized once;
-        fp32 inputs use IEEE fp32 dots (not tf32). Forward deterministic. Backward: dK, dV
+        fp32 inputs use IEEE fp32 dots (not tf32). The backward recomputes P from an lse kept
+        as two fp32 numbers (hi + lo), so large logits cost it no extra error. Forward
+        deterministic. Backward: dK, dV
         deterministic; dQ from its own kernel without atomics (bitwise reproducible) unless the
         switch roofkit.ops.attention._launch.ATOMIC_DQ is set, in which case dQ accumulates with fp32 atomics unless
         ``torch.use_deterministic_algorithms(True)`` is on (then a separate dQ kernel, bitwise
@@ -172,13 +170,12 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         raise NotImplementedError(f"roofkit.{op}: dropout_p must be 0.0 (dropout is not supported yet); got {dropout_p}")
     _check(op, query, key, value, gqa=_flag(op, "enable_gqa", enable_gqa))
     s = _scale_of(op, scale, query.shape[-1])
-    out, _, _ = _attention_fwd_op(query, key, value, _flag(op, "is_causal", is_causal), s,
+    out, _, _ = _attention_fwd_op.apply(query, key, value, _flag(op, "is_causal", is_causal), s,
                                   torch.are_deterministic_algorithms_enabled(),
                                   _keep_fp32(query, key, value))
     return out
 
 
-@on_input_device
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     scale: float | None = None, return_lse: bool = False, deterministic: bool = False):
     """FlashAttention: out = softmax(scale * q @ k^T [causal]) @ v, optionally with its log-sum-exp.
@@ -200,7 +197,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     op = "flash_attention"
     _check(op, q, k, v, gqa=True, names=("q", "k", "v"))
     s = _scale_of(op, scale, q.shape[-1])
-    out, lse2, _ = _attention_fwd_op(q, k, v, _flag(op, "causal", causal), s,
+    out, lse2, _ = _attention_fwd_op.apply(q, k, v, _flag(op, "causal", causal), s,
                                      _flag(op, "deterministic", deterministic) or torch.are_deterministic_algorithms_enabled(),
                                      _keep_fp32(q, k, v))
     return (out, lse2[0] * _LN2) if _flag(op, "return_lse", return_lse) else out

@@ -296,6 +296,12 @@ SUITES = {
         case("decode_b32_h32_sk8192_d128", shape=(32, 32, 1, 8192, 128), dtypes=_BF16),
         case("decode_b1_h32_sk131072_d128", shape=(1, 32, 1, 131072, 128), dtypes=_BF16),
     ],
+    # host: one decoding step (one query, 2048 cached keys, GQA 32 / 8 heads) and a short causal
+    # forward+backward of 128 tokens, where the host's cost per call is the time.
+    "host": [
+        case("decode_b1_sk2048", shape=(1, 32, 1, 2048, 128), **_LLAMA),
+        case("short_b1_s128_causal_fwd_bwd", shape=(1, 32, 128, 128, 128), causal=True, mode="fwd_bwd", **_LLAMA),
+    ],
 }
 
 _FLASH_CASES = [
@@ -318,6 +324,12 @@ _FLASH_SUITES = {
         case("prefill_b1_s8192_causal_lse", shape=(1, 32, 8192, 8192, 128), causal=True, return_lse=True, **_LLAMA),
         case("prefill_b1_s8192_causal_fwd_bwd_deterministic", shape=(1, 32, 8192, 8192, 128), causal=True,
              deterministic=True, mode="fwd_bwd", **_LLAMA),
+    ],
+    # host: as SUITES["host"], with the logsumexp flash_attention always returns.
+    "host": [
+        case("decode_b1_sk2048_lse", shape=(1, 32, 1, 2048, 128), return_lse=True, **_LLAMA),
+        case("short_b1_s128_causal_lse_fwd_bwd", shape=(1, 32, 128, 128, 128), causal=True, return_lse=True,
+             mode="fwd_bwd", **_LLAMA),
     ],
 }
 

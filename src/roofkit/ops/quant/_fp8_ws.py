@@ -49,6 +49,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .._common import device_index, interpreter_active, registers_per_sm, shared_memory_limits, sm_count
+from .._runtime import cached_launch
 from .._gemm_ws import _tile_coords, _tma_load, _tma_store, register_split
 
 BLOCK_M = 128  # two consumers x 64 rows
@@ -215,6 +216,9 @@ _GL = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5, torch
        torch.bfloat16: gl.bfloat16}
 _BUILT: set = set()
 FAILED: set = set()
+# (a, b, out dtypes) -> launches: the descriptors' element types are part of the compiled kernel,
+# and the launch cache keys descriptors by type alone.
+_LAUNCHES: dict = {}
 
 
 def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
@@ -281,5 +285,6 @@ def launch(a, b, scale_a, scale_b, s_sa: int, s_sb: int, bias, out, precise: boo
                       f"({type(e).__name__}: {str(e)[:200]}); using the Triton kernel", RuntimeWarning, stacklevel=3)
         return False
     tiles = triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N)
-    _fp8_ws_kernel[(min(tiles, sm_count(a.device)), )](*args, **kw)
+    launches = _LAUNCHES.setdefault((a.dtype, b.dtype, out.dtype), {})
+    cached_launch(launches, _fp8_ws_kernel, min(tiles, sm_count(a.device)), **kw)(*args)
     return True

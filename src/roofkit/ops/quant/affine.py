@@ -8,6 +8,7 @@ ELEMWISE_TILE.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 
@@ -18,8 +19,10 @@ import triton.language as tl
 from ...harness import baselines
 from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, case
-from .._common import FLOAT_DTYPES, check_same_device, check_tensor, needs_int64, next_pow2, on_input_device, sm_count
-from ._common import Q_DTYPES, _channel_shape, _check_zero_point_range, _esize, _I8
+from .._common import FLOAT_DTYPES, check_same_device, check_tensor, needs_int64, sm_count
+from .._runtime import Op, cached_launch
+from ._common import (_INT_RANGES, Q_DTYPES, _I8, _cdiv, _channel_shape, _check_zero_point_range, _esize,
+                      _pow2)
 
 # quantize clamps x / S to +-QUANT_CLAMP before rounding (the result is clamped to [qmin, qmax]
 # after adding Z anyway), which keeps |v| < 2**22 for the round-half-even trick below.
@@ -32,6 +35,8 @@ ELEMWISE_TILE = 4096
 
 
 def _qrange(dtype: torch.dtype) -> tuple[int, int]:
+    if dtype in _INT_RANGES:
+        return _INT_RANGES[dtype]
     info = torch.iinfo(dtype)
     return info.min, info.max
 
@@ -126,16 +131,21 @@ def dequantize_cost(case, dtype: torch.dtype) -> Cost:
 def _tile3(sizes, strides, budget: int | None = None, inner_max: int = 1024) -> list[int]:
     """Block edges for a (P, C, Q) tile of at most ``budget`` elements (default ELEMWISE_TILE,
     read at call time): the dimension of smallest stride (memory order) gets the longest edge (up
-    to ``inner_max``), then the next ones."""
+    to ``inner_max``), then the next ones. Cached per (sizes, strides, budget, inner_max)."""
     budget = ELEMWISE_TILE if budget is None else budget
+    return list(_tile3_of(tuple(sizes), tuple(strides), budget, inner_max))
+
+
+@functools.lru_cache(maxsize=4096)
+def _tile3_of(sizes: tuple, strides: tuple, budget: int, inner_max: int) -> tuple[int, int, int]:
     order = sorted(range(3), key=lambda d: (abs(strides[d]) if sizes[d] > 1 else 1 << 62, -d))
     blocks = [1, 1, 1]
     left = budget
     for i, d in enumerate(order):
         cap = inner_max if i == 0 else left
-        blocks[d] = max(1, min(next_pow2(sizes[d]), cap, left))
+        blocks[d] = max(1, min(_pow2(sizes[d]), cap, left))
         left = max(1, left // blocks[d])
-    return blocks
+    return tuple(blocks)
 
 
 # ----------------------------------------------------------------------------- jit helpers
@@ -298,10 +308,30 @@ def _view3(x: torch.Tensor, axis: int | None) -> torch.Tensor:
         return x.contiguous().view(dims)
 
 
-def _grid3(v: torch.Tensor):
-    P, C, Q = v.shape
-    bp, bc, bq = _tile3((P, C, Q), v.stride())
-    return (bp, bc, bq), triton.cdiv(P, bp), triton.cdiv(C, bc), triton.cdiv(Q, bq)
+@functools.lru_cache(maxsize=4096)
+def _elementwise_plan(shape: tuple, strides: tuple, tile: int):
+    """((BLOCK_P, BLOCK_C, BLOCK_Q), P blocks, C blocks, Q blocks, int64 offsets) of an elementwise
+    pass over a (P, C, Q) view of these strides, writing a contiguous tensor of its shape."""
+    P, C, Q = shape
+    bp, bc, bq = _tile3_of(shape, strides, tile, 1024)
+    use_int64 = needs_int64(*(s * st for s, st in zip(shape, strides)), P * C * Q)
+    return (bp, bc, bq), _cdiv(P, bp), _cdiv(C, bc), _cdiv(Q, bq), use_int64
+
+
+@functools.lru_cache(maxsize=4096)
+def _minmax_plan(n_pb: int, n_cb: int, n_qb: int, C: int, sms: int, programs_per_sm: int, tile: int):
+    """(splits, iterations per split, BLOCK_C and BLOCK_S of the parameter kernel) of quantize's
+    min/max reduction."""
+    total = n_pb * n_qb
+    target = max(1, programs_per_sm * sms // n_cb)
+    splits = min(total, target)
+    iters = _cdiv(total, splits)
+    splits = _cdiv(total, iters)
+    # Partials as [BLOCK_S, BLOCK_C] tiles: a per-tensor scale reads its (up to a few hundred)
+    # splits in one or two loads instead of a serial chain (41 us -> a few us on the H200).
+    pc = min(128, _pow2(C))
+    ps = max(1, min(_pow2(splits), tile // pc))
+    return splits, iters, pc, ps
 
 
 def _quantize_forward(x: torch.Tensor, axis: int | None, dtype: torch.dtype):
@@ -315,32 +345,28 @@ def _quantize_forward(x: torch.Tensor, axis: int | None, dtype: torch.dtype):
         # Nothing to measure: the all-zero rule (S = 1, Z = qmin); no launch.
         return q, scale.fill_(1.0).view(pshape), zp.fill_(qmin).view(pshape)
     xv = _view3(x, axis)
-    qv = q.view(xv.shape)
-    P, C, Q = xv.shape
-    (bp, bc, bq), n_pb, n_cb, n_qb = _grid3(xv)
-    use_int64 = needs_int64(*(s * st for s, st in zip(xv.shape, xv.stride())), q.numel())
+    shape, xs = tuple(xv.shape), xv.stride()
+    qv = q.view(shape)
+    P, C, Q = shape
+    # Settings read per call (tests patch them), the plans cached per shape and strides.
+    tile = ELEMWISE_TILE
+    (bp, bc, bq), n_pb, n_cb, n_qb, use_int64 = _elementwise_plan(shape, xs, tile)
     total = n_pb * n_qb
-    target = max(1, MINMAX_PROGRAMS_PER_SM * sm_count(x.device) // n_cb)
-    splits = min(total, target)
-    iters = triton.cdiv(total, splits)
-    splits = triton.cdiv(total, iters)
+    splits, iters, pc, ps = _minmax_plan(n_pb, n_cb, n_qb, C, sm_count(x.device), MINMAX_PROGRAMS_PER_SM, tile)
     part = torch.empty((splits, C, 2), dtype=torch.float32, device=x.device)
     warps = 4
-    _quantize_minmax_kernel[(n_cb, splits)](
-        xv, part, P, C, Q, *xv.stride(), n_qb, iters, total,
+    cached_launch(
+        _LAUNCHES, _quantize_minmax_kernel, (n_cb, splits),
         USE_INT64=use_int64, BLOCK_P=bp, BLOCK_C=bc, BLOCK_Q=bq, num_warps=warps,
-    )
-    # Partials as [BLOCK_S, BLOCK_C] tiles: a per-tensor scale reads its (up to a few hundred)
-    # splits in one or two loads instead of a serial chain (41 us -> a few us on the H200).
-    pc = min(128, next_pow2(C))
-    ps = max(1, min(next_pow2(splits), ELEMWISE_TILE // pc))
-    _quantize_params_kernel[(triton.cdiv(C, pc),)](
-        part, scale, zp, C, splits, QMIN=qmin, QMAX=qmax, BLOCK_S=ps, BLOCK_C=pc, num_warps=4,
-    )
-    _quantize_kernel[(n_cb * n_pb * n_qb,)](
-        xv, qv, scale, zp, P, C, Q, *xv.stride(), *qv.stride(), n_pb, n_qb,
+    )(xv, part, P, C, Q, *xs, n_qb, iters, total)
+    cached_launch(
+        _LAUNCHES, _quantize_params_kernel, _cdiv(C, pc),
+        QMIN=qmin, QMAX=qmax, BLOCK_S=ps, BLOCK_C=pc, num_warps=4,
+    )(part, scale, zp, C, splits)
+    cached_launch(
+        _LAUNCHES, _quantize_kernel, n_cb * n_pb * n_qb,
         QMIN=qmin, QMAX=qmax, USE_INT64=use_int64, BLOCK_P=bp, BLOCK_C=bc, BLOCK_Q=bq, num_warps=warps,
-    )
+    )(xv, qv, scale, zp, P, C, Q, *xs, *qv.stride(), n_pb, n_qb)
     return q, scale.view(pshape), zp.view(pshape)
 
 
@@ -349,44 +375,43 @@ def _dequantize_forward(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.
     if q.numel() == 0:
         return r
     qv = _view3(q, axis)
-    rv = r.view(qv.shape)
-    P, C, Q = qv.shape
-    (bp, bc, bq), n_pb, n_cb, n_qb = _grid3(qv)
-    use_int64 = needs_int64(*(s * st for s, st in zip(qv.shape, qv.stride())), r.numel())
+    shape, qs = tuple(qv.shape), qv.stride()
+    rv = r.view(shape)
+    P, C, Q = shape
+    (bp, bc, bq), n_pb, n_cb, n_qb, use_int64 = _elementwise_plan(shape, qs, ELEMWISE_TILE)
     s = scale.reshape(-1).contiguous()
     z = zero_point.reshape(-1).contiguous()
-    _dequantize_kernel[(n_cb * n_pb * n_qb,)](
-        qv, rv, s, z, P, C, Q, *qv.stride(), *rv.stride(), n_pb, n_qb,
+    cached_launch(
+        _LAUNCHES, _dequantize_kernel, n_cb * n_pb * n_qb,
         USE_INT64=use_int64, BLOCK_P=bp, BLOCK_C=bc, BLOCK_Q=bq, num_warps=4,
-    )
+    )(qv, rv, s, z, P, C, Q, *qs, *rv.stride(), n_pb, n_qb)
     return r
 
 
 # ----------------------------------------------------------------------------- custom ops
 
 
-@torch.library.custom_op("roofkit::quantize", mutates_args=())
-@on_input_device
-def _quantize_op(x: torch.Tensor, axis: int | None, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _quantize(x: torch.Tensor, axis: int | None, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _quantize_forward(x, axis, dtype)
 
 
-@_quantize_op.register_fake
-def _(x, axis, dtype):
+def _quantize_fake(x, axis, dtype):
     pshape = _channel_shape(x.shape, axis)
     return (x.new_empty(x.shape, dtype=dtype), x.new_empty(pshape, dtype=torch.float32),
             x.new_empty(pshape, dtype=torch.int32))
 
 
-@torch.library.custom_op("roofkit::dequantize", mutates_args=())
-@on_input_device
-def _dequantize_op(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, axis: int | None) -> torch.Tensor:
+def _dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, axis: int | None) -> torch.Tensor:
     return _dequantize_forward(q, scale, zero_point, axis)
 
 
-@_dequantize_op.register_fake
-def _(q, scale, zero_point, axis):
+def _dequantize_fake(q, scale, zero_point, axis):
     return q.new_empty(q.shape, dtype=torch.float32)
+
+
+_LAUNCHES: dict = {}
+_quantize_op = Op("roofkit::quantize", _quantize, _quantize_fake)
+_dequantize_op = Op("roofkit::dequantize", _dequantize, _dequantize_fake)
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -411,7 +436,6 @@ def _check_axis(op: str, axis, ndim: int) -> int | None:
 # ----------------------------------------------------------------------------- public functions
 
 
-@on_input_device
 def quantize(x: torch.Tensor, *, axis: int | None = None, dtype: torch.dtype = torch.int8):
     """Affine quantization r = S (q - Z), asymmetric, per tensor or per channel along ``axis``.
 
@@ -455,7 +479,6 @@ def quantize(x: torch.Tensor, *, axis: int | None = None, dtype: torch.dtype = t
     return _quantize_op(x, ax, dtype)
 
 
-@on_input_device
 def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *, axis: int | None = None) -> torch.Tensor:
     """r = S (q - Z) in float32, per tensor or per channel along ``axis``.
 
@@ -569,6 +592,12 @@ QUANTIZE_SUITES = {
         case("per_column_8192x4096", shape=(8192, 4096), axis=1, dtypes=_F32),
         case("flat_64Mi", shape=(1 << 26,), dtypes=_F32),
     ],
+    # host: one decoding step's activations (8 tokens x 4096), per tensor and per token, where the
+    # host's cost per call is the time.
+    "host": [
+        case("act_per_tensor_8x4096", shape=(8, 4096), dtypes=_BF16),
+        case("act_per_token_8x4096", shape=(8, 4096), axis=0, dtypes=_BF16),
+    ],
 }
 
 DEQUANTIZE_CASES = [
@@ -587,6 +616,11 @@ DEQUANTIZE_SUITES = {
     "llama3-8b": [
         case("act_per_tensor_8192x4096", shape=(8192, 4096), dtypes=_I8),
         case("w_up_per_channel_14336x4096", shape=(14336, 4096), axis=0, dtypes=_I8),
+    ],
+    # host: one decoding step's activations (8 tokens x 4096), where the host's cost per call is the time.
+    "host": [
+        case("act_per_tensor_8x4096", shape=(8, 4096), dtypes=_I8),
+        case("act_per_token_8x4096", shape=(8, 4096), axis=0, dtypes=_I8),
     ],
 }
 

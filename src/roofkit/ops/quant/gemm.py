@@ -9,6 +9,7 @@ interpreter_active / the kernels through this module's globals.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -18,15 +19,29 @@ import triton.language as tl
 from ...harness import baselines
 from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, Tolerance, case
-from .._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, interpreter_active, next_pow2,
-                       on_input_device)
+from .._common import FLOAT_DTYPES, INTERPRETED, bf16_rne, check_same_device, check_tensor
 from .._jit import _round_for_store
-from ._common import FP8_DTYPES, OUT_DTYPES, _channel_shape, _check_zero_point_range, _esize, _I8
+from .._runtime import Op, cached_launch
+from ._common import (FP8_DTYPES, OUT_DTYPES, _I8, _cdiv, _channel_shape, _check_zero_point_range, _esize,
+                      _pow2)
 from .affine import quantize_torch
 
 # int8_matmul accumulates in int32: sum_k (qa - Za)(qb - Zb) is exact while its magnitude stays
 # below 2**31, which holds for every input (|qa - Za|, |qb - Zb| <= 255) when K <= 2**31 // 255**2.
 INT8_MAX_K = (2**31 - 1) // (255 * 255)
+
+
+def interpreter_active() -> bool:
+    """Whether this module's kernels run through Triton's interpreter: decided when they were
+    defined, so read once (``_common.INTERPRETED``), not from the environment per call. Tests
+    patch this name."""
+    return INTERPRETED
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int | None) -> tuple[int, int]:
+    """The compute capability of CUDA device ``index``, read from the device once."""
+    return torch.cuda.get_device_capability(index)
 
 
 # ----------------------------------------------------------------------------- references (torch math)
@@ -155,12 +170,17 @@ def _gemm_config(m: int, n: int, k: int, device: torch.device) -> GemmConfig:
     for mid sizes; a 64-row tile for short M (decode-like); GROUP_M 8."""
     if interpreter_active() or device.type != "cuda":
         return INTERPRETER_CONFIG
-    bk = 128 if k >= 128 else max(32, next_pow2(k))
+    return _gpu_gemm_config(m, n, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def _gpu_gemm_config(m: int, n: int, k: int) -> GemmConfig:
+    bk = 128 if k >= 128 else max(32, _pow2(k))
     if m <= 64:
-        return GemmConfig(64, 128 if n >= 128 else max(32, next_pow2(n)), bk, 8, 4, 4)
+        return GemmConfig(64, 128 if n >= 128 else max(32, _pow2(n)), bk, 8, 4, 4)
     if m >= 1024 and n >= 1024:
         return GemmConfig(128, 256, bk, 8, 8, 4)
-    return GemmConfig(128, 128 if n >= 128 else max(32, next_pow2(n)), bk, 8, 8, 4)
+    return GemmConfig(128, 128 if n >= 128 else max(32, _pow2(n)), bk, 8, 8, 4)
 
 
 # "auto": scaled_mm on Hopper takes the warp-specialized fp8 kernel (``_fp8_ws``) where it can run
@@ -202,7 +222,7 @@ def _tma_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
     if TMA_MODE == "off":
         return False
     if TMA_MODE == "auto":
-        if interpreter_active() or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device) < (9, 0):
+        if interpreter_active() or a.device.type != "cuda" or _capability(a.device.index) < (9, 0):
             return False
     es = a.element_size()
     k = a.shape[1]
@@ -341,8 +361,9 @@ def _rowsums(x: torch.Tensor, r_dim: int) -> torch.Tensor:
     out = torch.empty((R,), dtype=torch.int32, device=x.device)
     s_r, s_l = x.stride(r_dim), x.stride(1 - r_dim)
     br = 32 if not interpreter_active() else 16
-    bl = min(256, max(16, next_pow2(L)))
-    _int8_rowsum_kernel[(triton.cdiv(R, br),)](x, out, R, L, s_r, s_l, BLOCK_R=br, BLOCK_L=bl, num_warps=4)
+    bl = min(256, max(16, _pow2(L)))
+    cached_launch(_LAUNCHES, _int8_rowsum_kernel, _cdiv(R, br), BLOCK_R=br, BLOCK_L=bl, num_warps=4)(
+        x, out, R, L, s_r, s_l)
     return out
 
 
@@ -369,60 +390,71 @@ def _qmm_forward(a, b, sa, sb, za, zb, bias, out_dtype, is_int: bool, precise: b
     if is_int and za is not None:
         csum = _rowsums(b, 1)
     if use_tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        a_src = TensorDescriptor.from_tensor(a, [cfg.BLOCK_M, cfg.BLOCK_K])
-        b_src = TensorDescriptor.from_tensor(b.t(), [cfg.BLOCK_N, cfg.BLOCK_K])
+        a_src = _tensor_descriptor_class().from_tensor(a, [cfg.BLOCK_M, cfg.BLOCK_K])
+        b_src = _tensor_descriptor_class().from_tensor(b.t(), [cfg.BLOCK_N, cfg.BLOCK_K])
+        # A descriptor's element type is part of the compiled kernel, but the launch cache keys
+        # descriptors by type alone: one launch cache per operand dtype.
+        launches = _TMA_LAUNCHES.setdefault(a.dtype, {})
     else:
         a_src, b_src = a, b
+        launches = _LAUNCHES
     dummy = sa
-    grid = (triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N),)
-    _qmm_kernel[grid](
-        a_src, b_src, out, sa, sb,
-        za if za is not None else dummy, zb if zb is not None else dummy,
-        rsum if rsum is not None else dummy, csum if csum is not None else dummy,
-        bias if bias is not None else dummy,
-        m, n, k, cfg.BLOCK_K * a.stride(1), cfg.BLOCK_K * b.stride(0),
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        _vec_stride(sa), _vec_stride(sb),
-        _vec_stride(za) if za is not None else 0, _vec_stride(zb) if zb is not None else 0,
+    cached_launch(
+        launches, _qmm_kernel, _cdiv(m, cfg.BLOCK_M) * _cdiv(n, cfg.BLOCK_N),
         IS_INT=is_int, USE_TMA=use_tma, PRECISE_ACC=(cfg.BLOCK_K if precise and not is_int else 0),
         HAS_ZA=za is not None, HAS_ZB=zb is not None, HAS_BIAS=bias is not None, BF16_RNE=bf16_rne(out_dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    )(a_src, b_src, out, sa, sb,
+      za if za is not None else dummy, zb if zb is not None else dummy,
+      rsum if rsum is not None else dummy, csum if csum is not None else dummy,
+      bias if bias is not None else dummy,
+      m, n, k, cfg.BLOCK_K * a.stride(1), cfg.BLOCK_K * b.stride(0),
+      a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+      _vec_stride(sa), _vec_stride(sb),
+      _vec_stride(za) if za is not None else 0, _vec_stride(zb) if zb is not None else 0)
     return out
+
+
+_LAUNCHES: dict = {}
+_TMA_LAUNCHES: dict = {}  # operand dtype -> launches (see _qmm_forward)
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_descriptor_class():
+    """Triton's host tensor descriptor class, imported on first use."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor
 
 
 # ----------------------------------------------------------------------------- custom ops
 
 
-@torch.library.custom_op("roofkit::int8_matmul", mutates_args=())
-@on_input_device
-def _int8_matmul_op(
+def _int8_matmul(
     qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_point_a: torch.Tensor | None,
     scale_b: torch.Tensor, zero_point_b: torch.Tensor | None, bias: torch.Tensor | None, out_dtype: torch.dtype,
 ) -> torch.Tensor:
     return _qmm_forward(qa, qb, scale_a, scale_b, zero_point_a, zero_point_b, bias, out_dtype, True, False)
 
 
-@_int8_matmul_op.register_fake
-def _(qa, qb, scale_a, zero_point_a, scale_b, zero_point_b, bias, out_dtype):
+def _int8_matmul_fake(qa, qb, scale_a, zero_point_a, scale_b, zero_point_b, bias, out_dtype):
     return qa.new_empty((qa.shape[0], qb.shape[1]), dtype=out_dtype)
 
 
-@torch.library.custom_op("roofkit::scaled_mm", mutates_args=())
-@on_input_device
-def _scaled_mm_op(
+def _scaled_mm(
     a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: torch.Tensor | None,
     out_dtype: torch.dtype, use_fast_accum: bool,
 ) -> torch.Tensor:
     return _qmm_forward(a, b, scale_a, scale_b, None, None, bias, out_dtype, False, not use_fast_accum)
 
 
-@_scaled_mm_op.register_fake
-def _(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum):
+def _scaled_mm_fake(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+_int8_matmul_op = Op("roofkit::int8_matmul", _int8_matmul, _int8_matmul_fake)
+_scaled_mm_op = Op("roofkit::scaled_mm", _scaled_mm, _scaled_mm_fake)
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -470,7 +502,6 @@ def _check_gemm_operands(op: str, a, b, names, dtypes) -> None:
 # ----------------------------------------------------------------------------- public functions
 
 
-@on_input_device
 def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_point_a: torch.Tensor | None,
                 scale_b: torch.Tensor, zero_point_b: torch.Tensor | None, *, bias: torch.Tensor | None = None,
                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -528,7 +559,6 @@ def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_
     return _int8_matmul_op(qa, qb, scale_a, zero_point_a, scale_b, zero_point_b, bias, out_dtype)
 
 
-@on_input_device
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
               use_fast_accum: bool = False) -> torch.Tensor:
@@ -704,6 +734,10 @@ INT8_SUITES = {
                          b_layout="transposed", dtypes=_I8)],
     "acceptance": [case("int8_8192_cubed", shape=(8192, 8192, 8192), zero_points="none", b_layout="transposed",
                         dtypes=_I8)],
+    # host: one decoding step of 8 tokens through o_proj (4096 -> 4096), W8A8 as in llama3-8b above,
+    # where the host's cost per call is the time.
+    "host": [case("o_proj_8x4096x4096_w8a8_sym", shape=(8, 4096, 4096), scale_a="row", scale_b="col",
+                  zero_points="none", b_layout="transposed", dtypes=_I8)],
 }
 
 SCALED_MM_SUITES = {
@@ -713,6 +747,13 @@ SCALED_MM_SUITES = {
     "acceptance": [
         case("e4m3_8192_cubed", shape=(8192, 8192, 8192), b_layout="transposed", dtypes=_E4M3),
         case("e4m3_8192_cubed_fast_accum", shape=(8192, 8192, 8192), b_layout="transposed", use_fast_accum=True,
+             dtypes=_E4M3),
+    ],
+    # host: one decoding step of 8 tokens through o_proj (4096 -> 4096), per-tensor and row-wise
+    # scales, where the host's cost per call is the time.
+    "host": [
+        case("o_proj_8x4096x4096", shape=(8, 4096, 4096), b_layout="transposed", dtypes=_E4M3),
+        case("o_proj_8x4096x4096_rowwise", shape=(8, 4096, 4096), scale_a="row", scale_b="col", b_layout="transposed",
              dtypes=_E4M3),
     ],
 }

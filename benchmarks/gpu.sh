@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU runs, by named step:   bash benchmarks/gpu.sh STEP...
+# Outputs under $OUT/run (benchmarks/gpu_env.sh); a short summary per step on stdout.
+# tests:    the GPU tests of the op runtime, attention (large logits), rms_norm, matmul, scatter,
+#           compact and the autotuner (pytest -m gpu)
+# generic:  the registry-wide float64 checks of attention's GPU cases (gpu_logits_std_30 ...)
+# graphs:   tests/test_cuda_graphs.py: every registry case captured in a CUDA graph and replayed
+# host:     roofkit bench --suite host (wall time per call and CUDA-graph replay, roofkit and torch)
+# regress:  llama3-8b attention, rms_norm and matmul rows with the sources in $BASE (default
+#           scratch/base/src) and with these, then `roofkit report` of the two
+set -uo pipefail
+. benchmarks/gpu_env.sh
+for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
+  case $step in
+    tests) timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_runtime.py \
+             tests/ops/test_attention.py tests/ops/test_rms_norm.py tests/ops/test_scatter.py tests/ops/test_compact.py \
+             tests/ops/test_autotune.py tests/harness/test_host.py > "$R/pytest-gpu.txt" 2>&1; echo "rc=$?"
+           grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu.txt" | tail -12 ;;
+    generic) timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_ops_generic.py \
+             -k "${K:-attention}" > "$R/pytest-gpu-generic.txt" 2>&1; echo "rc=$?"
+           grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-generic.txt" | tail -12 ;;
+    graphs) timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_cuda_graphs.py \
+             ${K:+-k "$K"} > "$R/pytest-gpu-graphs.txt" 2>&1; echo "rc=$?"
+           grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-graphs.txt" | tail -20 ;;
+    host) timeout ${T:-300} python3 -m roofkit.cli bench ${OPS:-} --suite host --providers roofkit torch \
+             --out "$R/bench-host" > "$R/bench-host.txt" 2>&1; echo "rc=$?"; tail -40 "$R/bench-host.txt" | cut -c1-200 ;;
+    regress) BASE=${BASE:-$PWD/scratch/base/src}
+           for side in before after; do
+             src=$PWD/src; [ $side = before ] && src=$BASE
+             PYTHONPATH=$src:${PYTHONPATH#*:} timeout ${T:-200} python3 -m roofkit.cli bench ${OPS:-scaled_dot_product_attention} \
+               --suite llama3-8b --providers roofkit --out "$R/regress-$side" > "$R/regress-$side.txt" 2>&1; echo "$side rc=$?"
+           done
+           python3 -m roofkit.cli report "$R/regress-before/results.json" "$R/regress-after/results.json" 2>&1 | tail -15 ;;
+    *) echo "unknown step $step" ;;
+  esac
+  tar -C "$OUT" -czf "$OUT/run.tar.gz" run
+done
