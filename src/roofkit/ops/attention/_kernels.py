@@ -310,7 +310,7 @@ def _attn_bwd_dkdv_inner(
     stride_qm, stride_qd, stride_dom, stride_dod,
     lo, hi, Sq, Sk, D, diag, sm_scale, qk_scale,
     MASK: tl.constexpr, MASK_KEYS: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, LSE_LO: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dK, dV contributions of the query blocks [lo, hi) of one head (transposed tiles: keys x
     queries). MASK: causal diagonal; MASK_KEYS: the ragged last key block. ATOMIC_DQ: also adds
@@ -328,10 +328,13 @@ def _attn_bwd_dkdv_inner(
         # Rows past Sq and rows that saw no key (lse -inf) get lse +inf: their P is exactly 0.
         lse2 = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         lse2 = tl.where(lse2 == -float("inf"), float("inf"), lse2)
-        lse_lo = tl.load(lse_lo_base + offs_m, mask=row_ok, other=0.0)
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
         s_t = _mma(k, tl.trans(q), IEEE, UPCAST) * qk_scale
-        p_t = tl.math.exp2((s_t - lse2[None, :]) - lse_lo[None, :])
+        if LSE_LO:
+            lse_lo = tl.load(lse_lo_base + offs_m, mask=row_ok, other=0.0)
+            p_t = tl.math.exp2((s_t - lse2[None, :]) - lse_lo[None, :])
+        else:
+            p_t = tl.math.exp2(s_t - lse2[None, :])
         if MASK:
             p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + diag, p_t, 0.0)
         if MASK_KEYS:
@@ -357,7 +360,7 @@ def _attn_bwd_dkdv_kernel(
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     Hkv, G, Sq, Sk, D, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dK, dV [BLOCK_N, D] of one (batch, kv head, key block), summed over the G query heads of
@@ -398,11 +401,11 @@ def _attn_bwd_dkdv_kernel(
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                           delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                           start_m, m_full, Sq, Sk, D, diag, sm_scale, qk_scale,
-                                          True, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, BLOCK_M, BLOCK_D)
+                                          True, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                       delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                       m_full, Sq, Sq, Sk, D, diag, sm_scale, qk_scale,
-                                      False, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, BLOCK_M, BLOCK_D)
+                                      False, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
     dk = dk * sm_scale
     out = b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
     tl.store(dk_ptr + out, _round_for_store(dk, dk_ptr, BF16_RNE), mask=kv_mask)
@@ -414,7 +417,7 @@ def _attn_bwd_dq_inner(
     dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
     offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
     MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    LSE_LO: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """dQ (unscaled) over the KV blocks [lo, hi); MASK: key bound and causal diagonal."""
     for start_n in range(lo, hi, BLOCK_N):
@@ -425,7 +428,10 @@ def _attn_bwd_dq_inner(
         k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
         s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
-        p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
+        if LSE_LO:
+            p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
+        else:
+            p = tl.math.exp2(s - lse2[:, None])
         if MASK:
             ok = offs_n[None, :] < Sk
             if IS_CAUSAL:
@@ -447,7 +453,7 @@ def _attn_bwd_dq_kernel(
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     Hq, G, Sq, Sk, D, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BF16_RNE: tl.constexpr,
+    BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dQ [BLOCK_M, D] of one (batch, query head, query block), looping over its visible KV
@@ -469,7 +475,7 @@ def _attn_bwd_dq_kernel(
     rows = pid_bh.to(tl.int64) * Sq + offs_m
     lse2 = tl.load(lse_ptr + rows, mask=row_ok, other=float("inf"))
     lse2 = tl.where(lse2 == -float("inf"), float("inf"), lse2)
-    lse_lo = tl.load(lse_lo_ptr + rows, mask=row_ok, other=0.0)
+    lse_lo = tl.load(lse_lo_ptr + rows, mask=row_ok, other=0.0)  # one load per row; used when LSE_LO
     delta = tl.load(delta_ptr + rows, mask=row_ok, other=0.0)
     k_base = k_ptr + b * stride_kb + hk * stride_kh
     v_base = v_ptr + b * stride_vb + hk * stride_vh
@@ -483,10 +489,10 @@ def _attn_bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                             offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
-                            False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
+                            False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                             offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
-                            True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, BLOCK_N)
+                            True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              _round_for_store(dq, dq_ptr, BF16_RNE), mask=io_mask)

@@ -214,6 +214,9 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
     d_pad = _head_dim_pad(d)
     flags = _flags(q, d, d_pad)
     rne = bf16_rne(q.dtype)
+    # lse's low part moves P by at most |lse| * 2^-25 relative: it matters for fp32 inputs only
+    # (16-bit P is rounded to 2^-9 or 2^-12 before use), where it costs one subtraction per score.
+    lse_lo = q.dtype == torch.float32
     delta = torch.empty((B, hq, sq), dtype=torch.float32, device=q.device)
     pre_m = 64 if not INTERPRETED else 16
     has_dlse = dlse is not None
@@ -234,7 +237,7 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
     launch(_LAUNCHES, _attn_bwd_dkdv_kernel, (B * hkv, cdiv(sk, kv_cfg.BLOCK_N)),
         q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, *common, *dk.stride(),
         hkv, g, sq, sk, d, scale, scale * LOG2E,
-        IS_CAUSAL=causal, ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne,
+        IS_CAUSAL=causal, ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne, LSE_LO=lse_lo,
         BLOCK_M=kv_cfg.BLOCK_M, BLOCK_N=kv_cfg.BLOCK_N, BLOCK_D=d_pad,
         num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **flags,
     )
@@ -242,7 +245,7 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
         launch(_LAUNCHES, _attn_bwd_dq_kernel, (B * hq, cdiv(sq, q_cfg.BLOCK_M)),
             q, k, v, do, lse[0], lse[1], delta, dq, *common, *dq.stride(),
             hq, g, sq, sk, d, scale, scale * LOG2E,
-            IS_CAUSAL=causal, BF16_RNE=rne,
+            IS_CAUSAL=causal, BF16_RNE=rne, LSE_LO=lse_lo,
             BLOCK_M=q_cfg.BLOCK_M, BLOCK_N=q_cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=q_cfg.num_warps, num_stages=q_cfg.num_stages, **flags,
         )
