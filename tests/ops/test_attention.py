@@ -114,12 +114,31 @@ def test_attention_split_kv_decoding_path(monkeypatch, device):
     assert L._use_decode(2, 5, 2) and not L._use_decode(2, 33, 40)
     splits, chunk = L._decode_splits(2, 40, 16, device)
     assert splits == 3 and chunk == 16
-    cases = ["causal_5q_2k_rows_0_to_2_zero", "sq1_sk37", "sq17_sk40_causal", "mqa_4_over_1", "empty_sk0_gives_zeros"]
-    report = verify_op(SDPA_SPEC, cases=cases, seeds=1, device=device)
+    forwards = []
+    launch = L.launch
+    monkeypatch.setattr(L, "launch", lambda cache, fn, grid, *a, **c: forwards.append((fn, grid))
+                        or launch(cache, fn, grid, *a, **c))
+    # Under the interpreter float16 and float32 take the same decoding tiles (and kernels up to
+    # the load casts): float16 alone there; both on a GPU, where float32 has its own tiles.
+    dtypes = (torch.float16,) if device.type == "cpu" else None
+    # MQA with 4 heads x 5 queries in one tile (the spec's mqa_4_over_1 has 4 x 19 = 76 rows, past
+    # DECODE_MAX_ROWS); GQA with 2 heads x 8 causal queries for the lse (a combining program per
+    # query row: the spec's sq 24 runs in the registry-wide test).
+    mqa = case("mqa_4_over_1_sq5", shape=(1, 4, 5, 35, 32), hkv=1, dtypes=(torch.float16, torch.float32))
+    cases = ["causal_5q_2k_rows_0_to_2_zero", "sq1_sk37", "sq17_sk40_causal", mqa, "empty_sk0_gives_zeros"]
+    report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=dtypes, device=device)
     assert report.passed, report.summary()
-    report = verify_op(FLASH_ATTENTION_SPEC, cases=["lse_causal_5q_2k", "lse_gqa_causal_sq24_sk40"], seeds=1,
-                       device=device)
+    gqa = case("lse_gqa_causal_sq8_sk40", shape=(1, 4, 8, 40, 32), hkv=2, causal=True,
+               dtypes=(torch.float16, torch.float32))
+    report = verify_op(FLASH_ATTENTION_SPEC, cases=["lse_causal_5q_2k", gqa], seeds=1, dtypes=dtypes, device=device)
     assert report.passed, report.summary()
+    # Every forward took the decoding kernel; under the interpreter (16-key blocks) in up to 3
+    # chunks a (batch, kv head), then the combining kernel.
+    kernels = [fn for fn, _ in forwards]
+    assert L._attn_fwd_kernel not in kernels and L._attn_decode_kernel in kernels
+    if device.type == "cpu":
+        assert max(grid[1] for fn, grid in forwards if fn is L._attn_decode_kernel) == 3
+        assert L._attn_decode_combine_kernel in kernels
 
 
 def test_decode_splits_heuristic_fills_the_device():

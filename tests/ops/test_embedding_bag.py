@@ -1,5 +1,6 @@
 """embedding_bag properties the registry-wide test cannot state."""
 
+import dataclasses
 import importlib
 
 import pytest
@@ -21,6 +22,29 @@ KERNELS = ("_embedding_bag_fwd_kernel", "_embedding_bag_steps_fwd_kernel", "_emb
 def _weight(v, d, device, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(v, d, generator=g).to(device=device, dtype=dtype)
+
+
+def _spy_launches(monkeypatch):
+    """(kernel, grid, compile-time arguments) of every launch, in order: a shrunk case cannot
+    silently take another path."""
+    used = []
+    launch = eb.cached_launch
+
+    def spy(cache, fn, grid, **consts):
+        used.append((fn, grid, consts))
+        return launch(cache, fn, grid, **consts)
+
+    monkeypatch.setattr(eb, "cached_launch", spy)
+    return used
+
+
+def _shrunk(name, new_name, shape=None, dim=None):
+    """The spec case ``name`` with fewer bags / indices (the interpreter runs every step of 2
+    indices) or a narrower table (every 8-column block); its own size runs in the registry-wide
+    test."""
+    c = SPEC.case(name)
+    params = {**c.params, "shape": shape or c["shape"], "dim": dim or c["dim"]}
+    return dataclasses.replace(c, name=new_name, params=params)
 
 
 def _loop_reference(inp, weight, offsets, mode, psw=None, padding_idx=None):
@@ -52,7 +76,9 @@ QUICK = ["tiny_2d_sum_3x5", "ragged_mean_empty_bags_9x4", "ragged_max_ties_9x4",
 
 
 def test_embedding_bag_matches_float64_reference(device):
-    report = verify_op(SPEC, cases=QUICK, seeds=2, dtypes=(torch.float32, torch.bfloat16), device=device)
+    # The quick cases in float32, one seed: a fast signal from this file alone. The registry-wide
+    # test runs every one of them in every dtype, with three seeds.
+    report = verify_op(SPEC, cases=QUICK, seeds=1, dtypes=(torch.float32,), device=device)
     assert report.rows and report.passed, report.summary()
 
 
@@ -64,10 +90,19 @@ def test_embedding_bag_span_boundaries_fixup_and_column_blocks(monkeypatch, devi
     monkeypatch.setattr(eb, "_fwd_single_config", lambda *a: eb.FwdConfig(2, 8, 1))
     monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(4, 8, 8, 1))
     monkeypatch.setattr(eb, "FIXUP_BLOCK_P", 2)
+    # Column tails at dim 13 (the spec's dim 37 runs in the registry-wide test, as do its three
+    # seeds and ragged_max_ties in bfloat16, whose kernels here are the float16 ones).
+    used = _spy_launches(monkeypatch)
     cases = ["repeated_indices_sum_5x8", "repeated_indices_mean_2d_5x8", "ragged_max_ties_9x4",
-             "psw_padding_2d_5x4", "powerlaw_sum_8x6", "odd_dim_37_sum_4x5", "grad_transposed_sum_6x3"]
-    report = verify_op(SPEC, cases=cases, seeds=2, device=device)
+             "psw_padding_2d_5x4", "powerlaw_sum_8x6", _shrunk("odd_dim_37_sum_4x5", "odd_dim_13_sum_4x5", dim=13),
+             "grad_transposed_sum_6x3"]
+    report = verify_op(SPEC, cases=cases, seeds=1, dtypes=(torch.float32, torch.float16), device=device)
     assert report.passed, report.summary()
+    assert {r.dtype for r in report.rows if r.case == "ragged_max_ties_9x4"} == {"float32", "float16"}
+    # Spans of 8 sorted entries (5 of them for 40 indices), the fix-up walking 2 partials a step.
+    bwd = [(grid, c) for fn, grid, c in used if fn is eb._embedding_bag_bwd_kernel]
+    assert bwd and all(c["BLOCK_K"] == 4 and c["BLOCK_D"] == 8 for _, c in bwd) and max(g[0] for g, _ in bwd) >= 5
+    assert any(fn is eb._embedding_bag_bwd_fixup_kernel and c["BLOCK_P"] == 2 for fn, _, c in used)
 
 
 @pytest.mark.parametrize("cfg", [(4, 8, 4, 1), (8, 4, 16, 1), (2, 8, 6, 2)])
@@ -89,23 +124,40 @@ def test_embedding_bag_hot_row_over_many_spans_is_deterministic(cfg, monkeypatch
     assert (grads[0][untouched] == 0).all()
 
 
-STEPS_CASES = ["ragged_mean_empty_bags_9x4", "psw_sum_ragged_7x4", "padding_mean_6x5", "include_last_offset_mean_6x3",
-               "int32_indices_sum_6x5", "bags_of_one_2d_12x1", "odd_dim_37_sum_4x5", "repeated_indices_mean_2d_5x8"]
+# Bag counts that 4 bags per program do not divide (bags of 3 to 5: several steps of 2), column
+# tails at 8-column blocks: dim 12 (ragged mean: counts written by column block 0 only) and 13.
+STEPS_CASES = [_shrunk("ragged_mean_empty_bags_9x4", "ragged_mean_empty_bags_9x3_dim12", (9, 3), 12),
+               _shrunk("psw_sum_ragged_7x4", "psw_sum_ragged_5x3", (5, 3)),
+               _shrunk("padding_mean_6x5", "padding_mean_5x3", (5, 3)),
+               _shrunk("include_last_offset_mean_6x3", "include_last_offset_mean_5x3", (5, 3)),
+               _shrunk("int32_indices_sum_6x5", "int32_indices_sum_5x3", (5, 3)),
+               _shrunk("bags_of_one_2d_12x1", "bags_of_one_2d_6x1_dim12", (6, 1), 12),
+               _shrunk("odd_dim_37_sum_4x5", "odd_dim_13_sum_5x2", (5, 2), 13),
+               _shrunk("repeated_indices_mean_2d_5x8", "repeated_indices_mean_2d_5x4", (5, 4))]
 
 
 @pytest.mark.parametrize("force_int64", [False, True])
 def test_embedding_bag_multi_bag_programs_and_int64_offsets(force_int64, monkeypatch, device):
     # Forward: 4 bags per program (not dividing the bag counts), steps of 2 indices (bags longer
-    # than a step, empty bags), 8-column blocks (column tails at dim 37). Backward: spans of 6
-    # sorted entries, 2 per step. With force_int64 the int64 offset path runs on small shapes.
+    # than a step, empty bags), 8-column blocks (column tails at dim 12 and 13). Backward: spans
+    # of 6 sorted entries, 2 per step. With force_int64 the int64 offset path runs on small
+    # shapes. One seed (with the repeat-call checks): the registry-wide test draws three.
     cases = STEPS_CASES
     if force_int64:
         monkeypatch.setattr(eb, "needs_int64", lambda *a: True)
         cases = STEPS_CASES[1:4]
     monkeypatch.setattr(eb, "_fwd_config", lambda *a: eb.FwdConfig(2, 8, 1, 4))
     monkeypatch.setattr(eb, "_bwd_config", lambda *a: eb.BwdConfig(2, 8, 6, 1))
-    report = verify_op(SPEC, cases=cases, seeds=2, dtypes=(torch.float32,), device=device)
+    used = _spy_launches(monkeypatch)
+    report = verify_op(SPEC, cases=cases, seeds=1, dtypes=(torch.float32,), device=device)
     assert report.rows and report.passed, report.summary()
+    # The steps kernel (2-index steps over 8 columns) and the span backward with its fix-up, in
+    # the offset width asked for.
+    steps = [c for fn, _, c in used if fn is eb._embedding_bag_steps_fwd_kernel]
+    bwd = [c for fn, _, c in used if fn is eb._embedding_bag_bwd_kernel]
+    assert steps and all(c["BLOCK_L"] == 2 and c["BLOCK_D"] == 8 for c in steps)
+    assert bwd and any(fn is eb._embedding_bag_bwd_fixup_kernel for fn, _, _ in used)
+    assert {c["USE_INT64"] for c in steps + bwd} == {force_int64}
 
 
 @pytest.mark.parametrize("bags_per_program", [1, 3, 5, 16])
@@ -283,20 +335,22 @@ def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, early, monkey
 @pytest.mark.parametrize("where", ["index", "offset"])
 def test_embedding_bag_bad_input_past_the_first_check_program_raises(where, monkeypatch, device):
     # The input check runs CHECK_BLOCK indices / bags per program: a bad value in the third
-    # program's block (and a valid call of the same size) shows every program is checked.
-    monkeypatch.setattr(eb, "CHECK_BLOCK", 64)
+    # program's block of seven (and a valid call of the same size) shows every program is checked.
+    monkeypatch.setattr(eb, "CHECK_BLOCK", 16)
     w = _weight(10, 4, device)
     g = torch.Generator().manual_seed(3)
-    inp = torch.randint(0, 10, (400,), generator=g)
-    off = torch.arange(0, 400, 2)  # 200 bags of 2
+    inp = torch.randint(0, 10, (100,), generator=g)
+    off = torch.arange(0, 100, 2)  # 50 bags of 2
+    bad = 40
+    assert bad // eb.CHECK_BLOCK == 2 and -(-inp.numel() // eb.CHECK_BLOCK) == 7
     torch.testing.assert_close(embedding_bag(inp.to(device), w, off.to(device), mode="sum"),
                                F.embedding_bag(inp.to(device), w, off.to(device), mode="sum"))
     if where == "index":
-        inp[150] = 10
+        inp[bad] = 10
         with pytest.raises(IndexError, match="input holds index 10 outside"):
             embedding_bag(inp.to(device), w, off.to(device), mode="sum")
     else:
-        off[150] = off[149] - 1  # a decrease in bag 150's offsets
+        off[bad] = off[bad - 1] - 1  # a decrease in bag 40's offsets
         with pytest.raises(ValueError, match=r"offsets must start at 0"):
             embedding_bag(inp.to(device), w, off.to(device), mode="mean")
 

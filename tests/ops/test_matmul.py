@@ -3,6 +3,7 @@
 No module-level marker yet: the "matmul" marker is not registered in pyproject.toml.
 """
 
+import dataclasses
 import importlib
 
 import pytest
@@ -251,11 +252,18 @@ def test_bad_input_raises_naming_op_and_argument(i, device):
 def test_matmul_each_launch_form_matches_float64_reference(monkeypatch, device, cfg):
     # Multi-tile grids for each form: descriptor loads (plain and persistent, where each program
     # walks several tiles), split-K (3 K chunks, the last program combining in order) and pointer loads.
+    # One seed (with the repeat-call checks): the registry-wide test draws three of each case.
     monkeypatch.setattr(mm, "_launch_config", lambda *a: cfg)
     cases = ["small_odd_33x17x29", "transposed_a_19x23x37", "transposed_b_19x23x37", "strided_both_12x10x9",
              "gelu_bias_17x18x19", "alpha_beta_c_13x14x15", "c_row_broadcast_13x14x15", "broadcast_b2d_folded_c_9x10x11",
              "out_fp32_11x12x13", "m1_1x20x19", "n1_21x1x18", "aligned_fp32_24x40x17"]
-    report = verify_op(SPEC, cases=cases, seeds=2, device=device)
+    if device.type == "cpu":
+        # Under the interpreter (fp16 upcast in the kernel) the cases in float16 alone, float32
+        # through aligned_fp32 (a multi-tile grid with bias and GELU); the registry-wide test runs
+        # every case in both.
+        cases = [n if n == "aligned_fp32_24x40x17" else dataclasses.replace(SPEC.case(n), dtypes=(torch.float16,))
+                 for n in cases]
+    report = verify_op(SPEC, cases=cases, seeds=1, device=device)
     assert report.passed, report.summary()
 
 

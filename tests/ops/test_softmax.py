@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import roofkit
+from roofkit.harness.spec import case
 from roofkit.harness.verify import verify_op
 import importlib
 
@@ -53,17 +54,43 @@ def test_log_softmax_minus_inf_entries_stay_minus_inf(device):
     torch.testing.assert_close(ly.exp().sum(-1), torch.ones(2, device=device))
 
 
+def _spy_launch_configs(monkeypatch):
+    """The configurations the launchers choose, in call order (a shrunk shape cannot silently
+    fall back to another path)."""
+    seen = []
+    choose = softmax_module._launch_config
+
+    def spy(*args, **kwargs):
+        seen.append(choose(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(softmax_module, "_launch_config", spy)
+    return seen
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_online_path_matches_reference(op, monkeypatch, device):
-    # Force the two-pass online kernel (forward and backward) onto short rows.
+    # Force the two-pass online kernel (forward and backward) onto short rows: rows of 129
+    # (3 chunks of 64, a ragged last one), 300 (5 chunks) and 100 strided ones (2 chunks; the
+    # spec's transposed_16x33 / dim0_33x16 rows of 33 fit one pass). 3 rows a case (the spec's
+    # 8-row cases run in the registry-wide test); neg_inf makes row 0 all -inf. float32 and
+    # bfloat16 as in the split-row test (float16 differs from bfloat16 in the conversions of the
+    # loads and stores alone; the registry-wide test runs every dtype).
     monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 64)
     monkeypatch.setattr(softmax_module, "ONLINE_BLOCK_N", 64)
     monkeypatch.setattr(softmax_module, "MAX_SPLITS", 0)
     assert softmax_module._launch_config(129).one_pass is False
-    cases = ["neg_inf_8x129", "nan_8x129", "pos_inf_8x129", "ties_8x129", "large_magnitude_8x300",
-             "transposed_16x33", "dim0_33x16"]
-    report = verify_op(op, cases=cases, seeds=2, device=device)
+    seen = _spy_launch_configs(monkeypatch)
+    cases = [case("neg_inf_3x129", shape=(3, 129), dist="neg_inf"),
+             case("nan_3x129", shape=(3, 129), dist="nan", grad=False),
+             case("pos_inf_3x129", shape=(3, 129), dist="pos_inf", grad=False),
+             case("ties_3x129", shape=(3, 129), dist="ties"),
+             case("large_magnitude_3x300", shape=(3, 300), dist="large"),
+             case("transposed_3x100", shape=(3, 100), layout="transposed"),
+             case("dim0_100x3", shape=(100, 3), dim=0)]
+    report = verify_op(op, cases=cases, seeds=2, dtypes=(torch.float32, torch.bfloat16), device=device)
     assert report.passed, report.summary()
+    assert seen and all(not c.one_pass and not c.splits and c.BLOCK_N == 64 for c in seen), set(seen)
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
@@ -71,14 +98,23 @@ def test_softmax_split_row_path_matches_reference(op, monkeypatch, device):
     # Force the split-row kernels (forward and backward) onto short rows: 129 -> 5 segments of
     # 26 (a ragged last one), 40 -> 2 segments. Under the interpreter the two-launch form runs;
     # on the GPU the fused one (programs of a row wait for each other).
+    # 3 rows (5 for the strided layouts) a case: the spec's 8- to 16-row ones run in the
+    # registry-wide test; neg_inf makes row 0 all -inf.
     monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 16)
     monkeypatch.setattr(softmax_module, "SPLIT_SEG", 32)
     cfg = softmax_module._launch_config(129)
     assert cfg.splits == 5 and cfg.BLOCK_N == 32
-    cases = ["neg_inf_8x129", "nan_8x129", "pos_inf_8x129", "ties_8x129", "transposed_16x33",
-             "dim0_33x16", "grad_transposed_12x40"]
+    seen = _spy_launch_configs(monkeypatch)
+    cases = [case("neg_inf_3x129", shape=(3, 129), dist="neg_inf"),
+             case("nan_3x129", shape=(3, 129), dist="nan", grad=False),
+             case("pos_inf_3x129", shape=(3, 129), dist="pos_inf", grad=False),
+             case("ties_3x129", shape=(3, 129), dist="ties"),
+             case("transposed_5x33", shape=(5, 33), layout="transposed"),
+             case("dim0_33x5", shape=(33, 5), dim=0),
+             case("grad_transposed_5x40", shape=(5, 40), grad_layout="transposed")]
     report = verify_op(op, cases=cases, seeds=2, dtypes=(torch.float32, torch.bfloat16), device=device)
     assert report.passed, report.summary()
+    assert seen and all(c.splits in (2, 5) for c in seen) and any(c.splits == 5 for c in seen), set(seen)
 
 
 def test_softmax_split_row_all_minus_inf_segment_is_finite_elsewhere(monkeypatch, device):
