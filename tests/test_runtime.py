@@ -230,3 +230,42 @@ def test_public_ops_run_their_kernels_through_the_runtime():
         assert getattr(fn, "__wrapped__", None) is None, f"roofkit.{public} still carries the old wrapper"
     assert {"roofkit::rms_norm_fwd", "roofkit::rms_norm_bwd", "roofkit::matmul", "roofkit::linear",
             "roofkit::attention_fwd", "roofkit::attention_bwd"} <= names
+
+
+def test_double_backward_raises_instead_of_dropping_terms():
+    # The ops are first order: a gradient penalty through them must fail loudly, never return
+    # gradients without their second-order terms.
+    x = torch.randn(3, 8, requires_grad=True)
+    w = torch.randn(8, requires_grad=True)
+    y = roofkit.rms_norm(x, (8,), w)
+    (gx,) = torch.autograd.grad(y.square().sum(), (x,), create_graph=True)
+    with pytest.raises(RuntimeError):
+        gx.square().sum().backward()
+    t = torch.ones(3, requires_grad=True)
+    y, _ = _DOUBLE.apply(t, 1.0)
+    (g,) = torch.autograd.grad(y.square().sum(), (t,), create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+
+
+def test_negated_views_and_subclass_arguments_go_through_the_dispatcher():
+    # A lazily negated view shares memory with its base: a kernel reading the memory directly
+    # would see the base. A subclass in any position (not only the first) must reach the custom op.
+    x = torch.randn(4, 16)
+    neg = torch._neg_view(x)
+    assert neg.is_neg()
+    torch.testing.assert_close(roofkit.softmax(neg, -1), torch.softmax(-x, -1))
+    torch.testing.assert_close(roofkit.rms_norm(neg, (16,)), torch.nn.functional.rms_norm(-x, (16,)))
+    assert not _runtime._direct((torch.ones(2), torch.ones(2).as_subclass(_Sub)))
+    assert not _runtime._direct((torch.ones(2), neg))
+    assert _runtime._direct((torch.ones(2), 3, None))
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_vmap_goes_through_the_custom_op():
+    x = torch.randn(3, 4, 8)
+    got = torch.func.vmap(lambda t: roofkit.softmax(t, -1))(x)
+    torch.testing.assert_close(got, torch.softmax(x, -1))

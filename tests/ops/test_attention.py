@@ -122,10 +122,12 @@ def test_attention_split_kv_decoding_path(monkeypatch, device):
     # the load casts): float16 alone there; both on a GPU, where float32 has its own tiles.
     dtypes = (torch.float16,) if device.type == "cpu" else None
     # MQA with 4 heads x 5 queries in one tile (the spec's mqa_4_over_1 has 4 x 19 = 76 rows, past
-    # DECODE_MAX_ROWS); GQA with 2 heads x 8 causal queries for the lse (a combining program per
-    # query row: the spec's sq 24 runs in the registry-wide test).
+    # DECODE_MAX_ROWS); 17 causal queries of one head (the spec's sq17_sk40_causal has 2: a
+    # combining program per query row); GQA with 2 heads x 8 causal queries for the lse (the
+    # spec's sq 24 runs in the registry-wide test).
     mqa = case("mqa_4_over_1_sq5", shape=(1, 4, 5, 35, 32), hkv=1, dtypes=(torch.float16, torch.float32))
-    cases = ["causal_5q_2k_rows_0_to_2_zero", "sq1_sk37", "sq17_sk40_causal", mqa, "empty_sk0_gives_zeros"]
+    sq17 = case("sq17_sk40_causal_h1", shape=(1, 1, 17, 40, 32), causal=True, dtypes=(torch.float16, torch.float32))
+    cases = ["causal_5q_2k_rows_0_to_2_zero", "sq1_sk37", sq17, mqa, "empty_sk0_gives_zeros"]
     report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=dtypes, device=device)
     assert report.passed, report.summary()
     gqa = case("lse_gqa_causal_sq8_sk40", shape=(1, 4, 8, 40, 32), hkv=2, causal=True,

@@ -182,12 +182,19 @@ class Plans(dict):
         return plan
 
 
-def fast_path_ok(x: torch.Tensor) -> bool:
-    """Whether an op's eager plan may serve a call whose first tensor is ``x``: a plain CUDA
-    tensor on the current device, no dispatch mode and no torch.compile trace, no profiler launch
-    hooks (``_direct``'s conditions, plus the device)."""
-    return (type(x) in _PLAIN_TENSORS and x.is_cuda and not torch.compiler.is_compiling()
-            and not _dispatch_modes() and x.get_device() == _current_device() and not _hooks_set())
+def fast_path_ok(*tensors) -> bool:
+    """Whether an op's eager plan may serve a call on these tensors (None entries allowed; the
+    first one is not None): plain strided CUDA tensors (``_plain``) on the current device, no
+    transform active (``_transforms_active``), no profiler launch hooks, no CUDA-graph capture
+    (a captured call takes the checked path, whose allocations the graph's pool owns)."""
+    if torch.compiler.is_compiling():  # first: Dynamo must not trace the tensor queries below
+        return False
+    for t in tensors:
+        if t is not None and not (type(t) in _PLAIN_TENSORS and t.layout is torch.strided and _plain(t)):
+            return False
+    x = tensors[0]
+    return (x.is_cuda and x.get_device() == _current_device() and not _transforms_active()
+            and not _hooks_set() and not torch.cuda.is_current_stream_capturing())
 
 
 def needs_grad(*tensors) -> bool:
@@ -197,11 +204,18 @@ def needs_grad(*tensors) -> bool:
     return any(t is not None and t.requires_grad for t in tensors)
 
 
+LAUNCH_CACHE_LIMIT = 4096  # Launch objects kept per module before its cache starts over
+
+
 def cached_launch(cache: dict, fn, grid, **consts) -> Launch:
-    """The ``Launch`` of ``fn`` with this grid and these constants from ``cache`` (made once)."""
+    """The ``Launch`` of ``fn`` with this grid and these constants from ``cache`` (made once; the
+    cache starts over past ``LAUNCH_CACHE_LIMIT`` entries, since grids follow the shapes: dropping
+    one only costs Triton's own path on the next call of that grid)."""
     key = (fn, grid if not isinstance(grid, list) else tuple(grid), tuple(consts.items()))
     launch = cache.get(key)
     if launch is None:
+        if len(cache) >= LAUNCH_CACHE_LIMIT:
+            cache.clear()
         launch = cache[key] = Launch(fn, grid, **consts)
     return launch
 
@@ -271,6 +285,9 @@ class Op:
             setup_context(ctx, args, output)
             return output
 
+        # First order only, as the custom op: a double backward raises instead of silently
+        # dropping the second-order terms.
+        @torch.autograd.function.once_differentiable
         def backward_(ctx, *grads):
             return backward(ctx, *grads)
 
@@ -293,16 +310,32 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_tracing = getattr(torch._C, "_get_tracing_state", lambda: None)
+
+
+def _transforms_active() -> bool:
+    """torch.compile tracing, a dispatch mode (FakeTensorMode, torch.export, ...), a functorch
+    transform (vmap, grad, jvp: their wrapped tensors report type torch.Tensor) or torch.jit's
+    tracer: each must see the custom op (and its fake) through the dispatcher."""
+    return bool(torch.compiler.is_compiling() or _dispatch_modes() or _functorch_active() or _tracing())
+
+
+def _plain(a: torch.Tensor) -> bool:
+    """A tensor whose memory is what a kernel reads: not a subclass (FakeTensor, DTensor, ...), not
+    a lazily negated or conjugated view (the dispatcher materializes those)."""
+    return type(a) in _PLAIN_TENSORS and not a.is_neg() and not a.is_conj()
+
+
 def _direct(args) -> bool:
-    """Whether a call may run the host launcher itself: not while torch.compile traces, not under
-    a dispatch mode (FakeTensorMode, torch.export, ...: they must see the custom op and its fake),
-    and only for plain tensors (a tensor subclass, e.g. a FakeTensor or a DTensor, goes through
-    the dispatcher, which knows what to do with it)."""
-    if torch.compiler.is_compiling() or _dispatch_modes():
+    """Whether a call may run the host launcher itself: no transform active (``_transforms_active``)
+    and every tensor argument plain (``_plain``); anything else goes through the dispatcher, which
+    knows what to do with it."""
+    if _transforms_active():
         return False
     for a in args:
-        if isinstance(a, torch.Tensor):
-            return type(a) in _PLAIN_TENSORS
+        if isinstance(a, torch.Tensor) and not _plain(a):
+            return False
     return True
 
 

@@ -30,8 +30,6 @@ from ._jit import _round_for_store
 from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2, rows_of, sm_count
 from ._runtime import Op, Plans, cached_launch, fast_path_ok, needs_grad
 
-_PLAIN = (torch.Tensor,)
-
 # ----------------------------------------------------------------------------- reference, cost
 
 # torch's default eps: the machine epsilon of the type it computes in, float32 for all three
@@ -389,11 +387,12 @@ def _fwd_plan(x: torch.Tensor, weight: torch.Tensor | None, eps: float, grad: bo
     if bound is None:
         return None, (y, rstd) if grad else y
     if not grad:
-        scratch = rstd
-
+        # rstd is allocated per call, unread: a buffer kept by the plan could be freed (plans
+        # start over past their limit) while a captured graph or another stream still writes it.
         def plan(x, weight):
             y = torch.empty_like(x)
-            bound(x, x if weight is None else weight, y, scratch, m, n, eps, n, n)
+            bound(x, x if weight is None else weight, y, torch.empty((m,), dtype=torch.float32, device=x.device),
+                  m, n, eps, n, n)
             return y
 
         return plan, y
@@ -486,6 +485,7 @@ class _Planned(torch.autograd.Function):
         return y
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
         if dy is None:
             return None, None, None
@@ -500,10 +500,19 @@ _PLANS = Plans()
 
 
 def _plan_key(input, normalized_shape, weight, eps):
+    """Everything the checks and the kernel's specialization read, with the scalars' types (an
+    eps of True or a normalized_shape of 8.0 equals a valid one but must meet the checks)."""
+    if type(normalized_shape) is int:
+        shape = normalized_shape
+    elif type(normalized_shape) in (tuple, torch.Size) and all(type(v) is int for v in normalized_shape):
+        shape = tuple(normalized_shape)
+    else:
+        raise TypeError("not a plan key")
+    if not (eps is None or type(eps) is float):
+        raise TypeError("not a plan key")
     w = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
                                       weight.data_ptr() & 15)
-    return (input.shape, input.stride(), input.dtype, input.get_device(), input.data_ptr() & 15,
-            normalized_shape, w, eps)
+    return (input.shape, input.stride(), input.dtype, input.get_device(), input.data_ptr() & 15, shape, w, eps)
 
 
 def rms_norm(
@@ -543,15 +552,17 @@ def rms_norm(
     Source:
         Zhang & Sennrich 2019; Triton tutorial 05 (two-stage weight-gradient reduction).
     """
-    fast = type(input) in _PLAIN and fast_path_ok(input)
+    fast = type(input) is torch.Tensor and (weight is None or isinstance(weight, torch.Tensor))
     if fast:
         try:
-            grad = needs_grad(input, weight)
-            key = (grad, _plan_key(input, normalized_shape, weight, eps))
-            plan = _PLANS.get(key)
-        except (TypeError, AttributeError):  # unhashable or non-tensor arguments: the checks decide
+            fast = fast_path_ok(input, weight)
+            if fast:
+                grad = needs_grad(input, weight)
+                key = (grad, _plan_key(input, normalized_shape, weight, eps))
+                plan = _PLANS.get(key)
+        except (TypeError, AttributeError, RuntimeError):  # arguments only the checks can judge
             fast = False
-        else:
+        if fast:
             if plan is not None:
                 return _Planned.apply(input, weight, plan) if grad else plan(input, weight)
             fast = input.is_contiguous() and input.numel() > 0 and (weight is None or weight.is_contiguous())
