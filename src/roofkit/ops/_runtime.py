@@ -285,10 +285,14 @@ class Op:
             setup_context(ctx, args, output)
             return output
 
-        # First order only, as the custom op: a double backward raises instead of silently
-        # dropping the second-order terms.
-        @torch.autograd.function.once_differentiable
+        op_name = self.name.split("::")[-1]
+
+        # First order only: a backward that would itself be differentiated (create_graph=True)
+        # raises at once instead of returning gradients without their second-order terms.
         def backward_(ctx, *grads):
+            if torch.is_grad_enabled():
+                raise RuntimeError(f"roofkit ({op_name}): double backward is not supported (the op is first "
+                                   "order); compute this gradient without create_graph=True")
             return backward(ctx, *grads)
 
         # Named after the op, so autograd graphs and profiles show e.g. "rms_norm_fwd_functionBackward".

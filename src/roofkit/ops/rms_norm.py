@@ -485,8 +485,10 @@ class _Planned(torch.autograd.Function):
         return y
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
+        if torch.is_grad_enabled():
+            raise RuntimeError("roofkit (rms_norm): double backward is not supported (the op is first order); "
+                               "compute this gradient without create_graph=True")
         if dy is None:
             return None, None, None
         x, weight, rstd = ctx.saved_tensors
