@@ -54,10 +54,10 @@ def test_cross_entropy_matches_float64_reference(names, device):
 
 
 _PATH_CASES = [
-    case("split_ragged_4x100", shape=(4, 100), weight=True, label_smoothing=0.2),
+    case("split_ragged_2x100", shape=(2, 100), weight=True, label_smoothing=0.2),
     case("split_none_3x129", shape=(3, 129), dist="neg_inf", reduction="none"),
     case("split_nan_3x70", shape=(3, 70), dist="nan", reduction="sum", weight=True),
-    case("split_transposed_5x64", shape=(5, 64), layout="transposed", label_smoothing=0.1, reduction="none"),
+    case("split_transposed_3x64", shape=(3, 64), layout="transposed", label_smoothing=0.1, reduction="none"),
     case("split_all_ignored_3x40", shape=(3, 40), ignore_frac=1.0),
     case("split_forward_only_3x100", shape=(3, 100), label_smoothing=0.1, weight=True, grad=False),
 ]

@@ -42,7 +42,7 @@ def test_reduce_all_cpu_cases_match_float64_reference(name, device):
 # a 2-CPU machine's 8-program target: no split), a reduced middle dimension of 20 or 18 (a
 # column tile holds 8), rows of 700 (11 tiles: 6 programs of at most 2 tiles a row).
 _SPLIT_CASES = {"full_781": None, "full_2d_37x41": None, "rows_long_3x5000": (3, 700), "cols_33x16": None,
-                "middle_4x5x6": (4, 20, 6), "outer_two_dims_2x3x40": (6, 3, 40), "transposed_full_16x33": None,
+                "middle_4x5x6": (2, 20, 6), "outer_two_dims_2x3x40": (6, 3, 8), "transposed_full_16x33": None,
                 "nan_8x129": (3, 129), "nan_cols_70x6": None, "neg_inf_8x129": (3, 129), "ties_cols_40x9": None,
                 "large_magnitude_8x300": (3, 300)}
 
@@ -72,10 +72,17 @@ def test_reduce_split_paths_match_reference(name, monkeypatch, device):
     launch = reduce_module.cached_launch
     monkeypatch.setattr(reduce_module, "cached_launch",
                         lambda cache, fn, grid, **c: partial.append(c.get("PARTIAL", False)) or launch(cache, fn, grid, **c))
-    for i, c in enumerate(_split_cases(spec)):
-        # mean is sum with a final division: float32 suffices for it. sum and amax take float32
-        # and bfloat16 in turn (bfloat16 changes the loads and the final store alone; the
-        # registry-wide test runs every case in every dtype).
+    cases = _split_cases(spec)
+    if name == "mean":
+        # mean is sum with a division in the final (combining) launch: the row and column splits,
+        # a divisor over two dims and NaN / -inf through it suffice.
+        kept = ("full_2d_37x41", "rows_long_3x700", "cols_33x16", "outer_two_dims_6x3x8", "nan_3x129", "neg_inf_3x129")
+        cases = [c for c in cases if c.name in kept]
+        assert len(cases) == len(kept)
+    for i, c in enumerate(cases):
+        # mean: float32 suffices for it. sum and amax take float32 and bfloat16 in turn
+        # (bfloat16 changes the loads and the final store alone; the registry-wide test runs
+        # every case in every dtype).
         turn = [d for d in spec.case_dtypes(c) if d in (torch.float32, torch.bfloat16)]
         dtypes = (torch.float32,) if name == "mean" else (turn[i % len(turn)],)
         partial.clear()
