@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The GPU runs, by named step:   bash benchmarks/gpu.sh STEP...
 # Outputs under $OUT/run (benchmarks/gpu_env.sh); a short summary per step on stdout.
-# tests:    the GPU tests of the op runtime, attention (large logits), rms_norm, matmul, scatter,
-#           compact and the autotuner (pytest -m gpu)
+# tests:    the GPU tests of the op runtime and its plans, attention (large logits), the norms,
+#           softmax, reductions, cross_entropy, matmul, scatter, compact and the autotuner
+#           (pytest -m gpu; tests/test_plans.py runs in full)
 # generic:  the registry-wide float64 checks of attention's GPU cases (gpu_logits_std_30 ...)
 # graphs:   tests/test_cuda_graphs.py: every registry case captured in a CUDA graph and replayed
+# decode:   benchmarks/hf_decode.py: HF Llama (Llama-3-8B layer shapes, $LAYERS layers) decoding
+#           one token at a time, eager against roofkit's RMSNorm and attention
 # host:     roofkit bench --suite host (wall time per call and CUDA-graph replay, roofkit and torch)
 # regress:  llama3-8b attention, rms_norm and matmul rows with the sources in $BASE (default
 #           scratch/base/src) and with these, then `roofkit report` of the two
@@ -13,9 +16,12 @@ set -uo pipefail
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
-    tests) timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_runtime.py \
-             tests/ops/test_attention.py tests/ops/test_rms_norm.py tests/ops/test_scatter.py tests/ops/test_compact.py \
-             tests/ops/test_autotune.py tests/harness/test_host.py > "$R/pytest-gpu.txt" 2>&1; echo "rc=$?"
+    tests) timeout ${T:-300} python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/test_plans.py \
+             > "$R/pytest-gpu-plans.txt" 2>&1; echo "plans rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-plans.txt" | tail -8
+           timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_runtime.py \
+             tests/ops/test_attention.py tests/ops/test_rms_norm.py tests/ops/test_layer_norm.py tests/ops/test_softmax.py \
+             tests/ops/test_reduce.py tests/ops/test_cross_entropy.py tests/ops/test_matmul.py tests/ops/test_scatter.py \
+             tests/ops/test_compact.py tests/ops/test_autotune.py tests/harness/test_host.py > "$R/pytest-gpu.txt" 2>&1; echo "rc=$?"
            grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu.txt" | tail -12 ;;
     generic) timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_ops_generic.py \
              -k "${K:-attention}" > "$R/pytest-gpu-generic.txt" 2>&1; echo "rc=$?"
@@ -25,6 +31,8 @@ for step in "$@"; do
            grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-graphs.txt" | tail -20 ;;
     host) timeout ${T:-300} python3 -m roofkit.cli bench ${OPS:-} --suite host --providers roofkit torch \
              --out "$R/bench-host" > "$R/bench-host.txt" 2>&1; echo "rc=$?"; tail -40 "$R/bench-host.txt" | cut -c1-200 ;;
+    decode) timeout ${T:-300} python3 benchmarks/hf_decode.py --layers ${LAYERS:-4} --json "$R/hf-decode.json" \
+             > "$R/hf-decode.txt" 2>&1; echo "rc=$?"; tail -5 "$R/hf-decode.txt" | cut -c1-300 ;;
     regress) BASE=${BASE:-$PWD/scratch/base/src}
            for side in before after; do
              src=$PWD/src; [ $side = before ] && src=$BASE

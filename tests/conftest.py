@@ -14,6 +14,15 @@ if not HAS_CUDA and os.environ.get("TRITON_INTERPRET", "").lower() not in ("1", 
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _fresh_plans():
+    """Every test starts without kept plans (a test may patch what a plan froze)."""
+    from roofkit.ops import _runtime
+
+    _runtime.clear_plans()
+    yield
+
+
 @pytest.fixture
 def device() -> torch.device:
     return torch.device("cuda" if HAS_CUDA else "cpu")

@@ -45,6 +45,7 @@ import torch
 
 from .._env import TRUTHY
 from ..harness import cache
+from . import _runtime
 from ..harness.device import cache_dir, driver_version
 
 _LOCK = threading.Lock()  # one tuning (or cache load) at a time in a process
@@ -102,11 +103,13 @@ def tuning():
     seen: list[dict] = []
     with _STATE:
         _TUNING.append(seen)
+    _runtime.bump_epoch()  # calls planned before would not tune
     try:
         yield seen
     finally:
         with _STATE:
             _TUNING.remove(seen)
+        _runtime.bump_epoch()
 
 
 def _time_ms(fn: Callable[[], Any]) -> float:
@@ -283,6 +286,8 @@ class Tuner:
             return cfg
 
     def _tune(self, candidates, default, run, reference, dtype):
+        _runtime.refuse_plan("configurations timed in the call")  # a replay must not time them again
+        _runtime.bump_epoch()  # plans made with the configuration used before tuning
         ref = reference()
         tol = self.tol.get(dtype, 1e-2)
         results = []

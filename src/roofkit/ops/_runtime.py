@@ -48,7 +48,10 @@ def _hooks_set() -> bool:
     """Whether a profiler registered launch hooks (they need Triton's own launch path). Triton 3.6
     keeps them in a HookChain, an always-true object whose ``calls`` list is empty when unused."""
     hook = _knobs.runtime.launch_enter_hook
-    return bool(getattr(hook, "calls", hook))
+    calls = getattr(hook, "calls", hook)
+    if isinstance(calls, list):  # the plan recorder's own hook does not count
+        return bool(calls) and not (len(calls) == 1 and calls[0] is _raw_launch_hook)
+    return bool(calls)
 
 
 def _spec_key(args) -> tuple:
@@ -100,6 +103,9 @@ class Launch:
         return self.fn[self.grid](*args, **self.consts)
 
     def __call__(self, *args):
+        if _REC[0] and _recording_frame() is not None:
+            _record_launch(self, args)
+            return
         if _JITFunction is None or not isinstance(self.fn, _JITFunction) or _hooks_set():
             self._slow(args)  # the interpreter, a profiler's launch hooks, or an unknown Triton
             return
@@ -174,6 +180,7 @@ class Plans(dict):
     def __init__(self, limit: int = 4096):
         super().__init__()
         self.limit = limit
+        _all_plans.append(self)
 
     def add(self, key, plan):
         if len(self) >= self.limit:
@@ -261,16 +268,41 @@ class Op:
         # of them then fails loudly instead of reading overwritten values).
         names = list(signature.parameters)
         self._mutated = tuple(names.index(a) for a in mutates_args) if mutates_args not in ((), "unknown") else ()
+        # Eager calls' plans (see ``Plan``), by ``plan_key`` of the arguments. Ops that write their
+        # arguments are not planned: their checks may depend on how the arguments overlap.
+        self.plans = Plans() if not mutates_args else None
         functools.update_wrapper(self, impl)
 
     def __call__(self, *args):
         if not _direct(args):
             return self.custom(*args)
-        out = _call_on_device(self.impl, args)
+        if _REC[0] and _recording_frame() is not None:
+            return _record_op(self, args, False)
+        out = self._run(args)
         for i in self._mutated:
             if isinstance(args[i], torch.Tensor):
                 torch.autograd.graph.increment_version(args[i])
         return out
+
+    def _run(self, args, plan=None):
+        """The host launcher on ``args``: through its plan (given, kept, or recorded now) when the
+        call may be planned, else directly."""
+        if plan is not None:
+            return plan.run(args)
+        plans = self.plans
+        if plans is not None and PLANS[0]:
+            key = plan_key(args)
+            if key is not None:
+                plan = plans.get(key)
+                if plan is None:  # a key seen once runs as written: shapes that never repeat cost no recording
+                    plans.add(key, _SEEN)
+                elif plan is _SEEN and not _args_share_memory(args):
+                    out, plan = _record(lambda: _call_on_device(self.impl, args), args)
+                    plans[key] = plan
+                    return out
+                elif type(plan) is not Unplanned:
+                    return plan.run(args)
+        return _call_on_device(self.impl, args)
 
     def autograd(self, setup_context: Callable, backward: Callable) -> "Op":
         """Register ``backward(ctx, *grads)`` with ``setup_context(ctx, inputs, output)`` (the
@@ -280,8 +312,9 @@ class Op:
 
         # The forward takes ctx itself (the older Function form): with a separate setup_context,
         # Function.apply binds default arguments through inspect.signature on every call.
-        def forward(ctx, *args):
-            output = _call_on_device(impl, args)
+        # ``plan``: the forward's plan when the caller already knows it (a replayed public call).
+        def forward(ctx, plan, *args):
+            output = self._run(args, plan)
             setup_context(ctx, args, output)
             return output
 
@@ -293,7 +326,9 @@ class Op:
             if torch.is_grad_enabled():
                 raise RuntimeError(f"roofkit ({op_name}): double backward is not supported (the op is first "
                                    "order); compute this gradient without create_graph=True")
-            return backward(ctx, *grads)
+            ctx.needs_input_grad = ctx.needs_input_grad[1:]  # as if ``plan`` were not an input
+            grads = backward(ctx, *grads)
+            return (None, *grads) if isinstance(grads, tuple) else (None, grads)
 
         # Named after the op, so autograd graphs and profiles show e.g. "rms_norm_fwd_functionBackward".
         name = self.name.split("::")[-1] + "_function"
@@ -305,9 +340,23 @@ class Op:
         """Differentiable call: the autograd Function when a gradient can flow, else ``op(*args)``."""
         if not _direct(args):
             return self.custom(*args)
+        if _REC[0] and _recording_frame() is not None:
+            return _record_op(self, args, True)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            return self._function.apply(*args)
-        return _call_on_device(self.impl, args)
+            return self._function.apply(None, *args)
+        return self._run(args)
+
+    def _replay(self, args, plan, differentiable: bool):
+        """A public plan's call of this op: ``apply`` (``differentiable``) or ``op(*args)``,
+        with the forward's plan known."""
+        if differentiable and torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return self._function.apply(plan, *args)
+        out = self._run(args, plan)
+        for i in self._mutated:
+            if isinstance(args[i], torch.Tensor):
+                torch.autograd.graph.increment_version(args[i])
+        return out
 
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -322,7 +371,12 @@ def _transforms_active() -> bool:
     """torch.compile tracing, a dispatch mode (FakeTensorMode, torch.export, ...), a functorch
     transform (vmap, grad, jvp: their wrapped tensors report type torch.Tensor) or torch.jit's
     tracer: each must see the custom op (and its fake) through the dispatcher."""
-    return bool(torch.compiler.is_compiling() or _dispatch_modes() or _functorch_active() or _tracing())
+    if torch.compiler.is_compiling():  # first: Dynamo must not trace the queries below
+        return True
+    modes = _dispatch_modes()
+    if modes and _REC[0]:  # the plan recorder's own mode (one per recording thread) is no transform
+        modes -= bool(_recording_frames())
+    return bool(modes or _functorch_active() or _tracing())
 
 
 def _plain(a: torch.Tensor) -> bool:
@@ -371,6 +425,732 @@ def _on_device(impl, signature):
     return body
 
 
+# ----------------------------------------------------------------------------- plans
+#
+# A plan is one call recorded and kept for replay. The second eager call with a new ``plan_key``
+# (every tensor's shape, strides, dtype, device, 16-byte alignment, storage offset and
+# requires_grad; every
+# other argument's type and value; grad mode, deterministic mode, autocast, the current device
+# and ``EPOCH``) runs normally while a recorder notes what it does (the first runs as written:
+# shapes that never repeat, as a growing KV cache's, cost no recording): each tensor operation torch
+# dispatches (allocations, views, copies), each kernel launched through ``Launch`` (kept as its
+# compiled kernel, grid and constants), each ``Op`` called (kept as that op's own plan). Later
+# calls with the same key replay those steps on the new arguments: no checks, no configuration
+# heuristics, no grid arithmetic, no Triton binding. The arguments only decide what a call does
+# through what the key holds, so a replay does what the call would have done; a call that looks
+# at more than that is not planned: one that reads a tensor's values on the host (``.item()``,
+# ``.tolist()``, ``.cpu()``, ``nonzero``, ...), launches a kernel some other way, tunes
+# configurations by timing them, or returns or launches on a tensor it did not get through the
+# recorder. Its key is then marked unplanned and later calls run the op as written.
+#
+# Plans serve eager CUDA calls only: not while torch.compile, a dispatch mode, a functorch
+# transform, torch.jit or a profiler's launch hooks are active, nor during CUDA-graph capture
+# (a captured call allocates from the graph's pool through the op's own path). A call that fails
+# leaves no plan: the next one fails the same way. ``clear_plans()`` drops them all;
+# ``ROOFKIT_PLANS=0`` turns them off.
+
+import os as _os
+import threading as _threading
+
+from torch.utils import _pytree as _pytree
+from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
+
+PLANS = [_os.environ.get("ROOFKIT_PLANS", "1").strip().lower() not in ("0", "false", "off", "no")]
+CPU_PLANS = [False]  # tests: plan CPU calls too (under the Triton interpreter)
+EPOCH = [0]  # bumped by whatever changes a decision plans froze (configuration overrides, tuning)
+_REC = [0]  # recordings in progress, any thread (a cheap test before the thread-local one)
+
+
+class Unplanned:
+    """What a key that cannot be planned keeps: why (for tests and for curious users)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __repr__(self):
+        return f"Unplanned({self.why!r})"
+
+
+_SEEN = Unplanned("seen once; recorded on its second call")  # never returned from a lookup as a plan
+
+
+_all_plans: "list[Plans]" = []
+_tls = _threading.local()
+_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+_autocast_enabled = torch.is_autocast_enabled
+_det = torch.are_deterministic_algorithms_enabled
+
+
+def bump_epoch() -> None:
+    """Invalidate every plan (a configuration override opened or closed, a configuration tuned)."""
+    EPOCH[0] += 1
+
+
+def clear_plans() -> None:
+    """Drop every kept plan (tests that patch an op's configuration functions call this)."""
+    for p in _all_plans:
+        p.clear()
+    bump_epoch()
+
+
+def _recording_frames() -> list:
+    frames = getattr(_tls, "frames", None)
+    if frames is None:
+        frames = _tls.frames = []
+    return frames
+
+
+def _recording_frame():
+    frames = _recording_frames()
+    return frames[-1] if frames else None
+
+
+def _scalar_key(a):
+    t = type(a)
+    if t in _SCALARS:
+        return (t, a)
+    if t is tuple or t is list or t is torch.Size:
+        return (t, tuple(_scalar_key(v) for v in a))
+    raise TypeError
+
+
+def plan_key(args) -> tuple | None:
+    """The plan key of a call with ``args`` (see above), or None when the call cannot be planned
+    (an argument that is not a plain strided tensor on the current device, a scalar or a tuple
+    of scalars; a transform, capture or launch hooks active)."""
+    if _transforms_active() or (_knobs is not None and _hooks_set()):
+        return None
+    device = None
+    out = [EPOCH[0], _grad_enabled(), _det(), _autocast_enabled("cuda")]
+    append = out.append
+    try:
+        for a in args:
+            t = type(a)
+            if t is _Tensor or t is _Parameter:
+                d = a.get_device()
+                if d != device:
+                    if device is not None:
+                        return None
+                    device = d
+                if a.layout is not _STRIDED or a.is_neg() or a.is_conj():
+                    return None
+                append((a.shape, a.stride(), a.dtype, d, a.data_ptr() & 15, a.storage_offset(), a.requires_grad))
+            elif t in _SCALARS:
+                append((t, a))
+            else:
+                append(_scalar_key(a))
+        key = tuple(out)
+        hash(key)
+    except (TypeError, RuntimeError):  # an unhashable value; a layout without strides
+        return None
+    if device is None:
+        return None
+    if device < 0:
+        if not CPU_PLANS[0]:
+            return None
+    elif device != _current_device() or _capturing():
+        return None
+    return key
+
+
+_Tensor, _Parameter, _STRIDED = torch.Tensor, torch.nn.Parameter, torch.strided
+_grad_enabled = torch.is_grad_enabled
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+
+
+class Plan:
+    """A recorded call: ``run(args)`` replays its steps on new arguments of the same key."""
+
+    __slots__ = ("steps", "pad", "out", "described", "consts")
+
+    def __init__(self, steps, pad, out, described, consts):
+        self.steps, self.pad, self.out, self.described, self.consts = steps, pad, out, described, consts
+
+    def run(self, args):
+        env = [*args, *self.pad]
+        for step in self.steps:
+            step(env)
+        return self.out(env)
+
+    def describe(self, indent: str = "") -> str:
+        """The steps a replay runs, one a line (an op's own plan indented below it)."""
+        lines = []
+        for what, inner in self.described:
+            lines.append(indent + what)
+            if isinstance(inner, Plan):
+                lines.append(inner.describe(indent + "    "))
+        return "\n".join(lines)
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Step:
+    """One recorded step: ``make()`` builds what the replay calls; ``uses``: the environment
+    indices it reads as tensors; ``outs``: those it writes; ``lazy``: a view, dropped when
+    nothing materialized needs it (kernels take a view as its root's address plus an offset)."""
+
+    __slots__ = ("what", "make", "uses", "outs", "lazy", "plan")
+
+    def __init__(self, what, make, uses=(), outs=(), lazy=False, plan=None):
+        self.what, self.make, self.uses, self.outs, self.lazy, self.plan = what, make, uses, outs, lazy, plan
+
+
+class _Frame:
+    """One call being recorded: its tensors by identity (``id``; every one is kept alive meanwhile
+    so no id is reused), the steps so far, and why it cannot be planned, if it cannot."""
+
+    def __init__(self, args):
+        self.n_args = len(args)
+        self.ids: dict[int, int] = {}
+        self.keep: list = list(args)  # by environment index
+        self.root: dict[int, tuple[int, int]] = {}  # a view's index -> (its root's index, byte offset)
+        self.fresh: set[int] = set()  # indices of tensors a step allocated
+        self.consts: list = []
+        self.steps: list[_Step] = []
+        self.refused: str | None = None
+        self.depth = 0  # inside an opaque step (an op, a launch): its own operations are not steps
+        self.arg_storages = set()
+        self.device = None
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                self.ids.setdefault(id(a), i)
+                self.arg_storages.add(a.untyped_storage().data_ptr())
+                if self.device is None:
+                    self.device = a.device
+
+    def refuse(self, why: str):
+        if self.refused is None:
+            self.refused = why
+
+    def slot(self, t: torch.Tensor) -> int | None:
+        """``t``'s index in the replay's environment (an argument or an earlier step's output), or
+        None for a constant the replay passes as it is: a tensor the op keeps (a workspace),
+        never one sharing an argument's memory."""
+        i = self.ids.get(id(t))
+        if i is not None:
+            return i
+        if type(t) not in _PLAIN_TENSORS or (t.numel() and t.untyped_storage().data_ptr() in self.arg_storages):
+            raise _Refused("a tensor derived from an argument outside the recorder")
+        self.consts.append(t)
+        return None
+
+    def pointer(self, i: int) -> tuple[int, int]:
+        """(root index, byte offset) of environment entry ``i``: what a kernel's address is."""
+        return self.root.get(i, (i, 0))
+
+    def add(self, t) -> int:
+        i = len(self.keep)
+        self.ids[id(t)] = i
+        self.keep.append(t)
+        return i
+
+    def outputs(self, out, fresh: bool = False) -> tuple:
+        """Register the tensors a step returned; their indices (None: one already known)."""
+        leaves = [out] if isinstance(out, torch.Tensor) else _pytree.tree_leaves(out)
+        new = []
+        for t in leaves:
+            if isinstance(t, torch.Tensor):
+                if id(t) in self.ids:
+                    new.append(None)
+                else:
+                    new.append(self.add(t))
+                    if fresh:
+                        self.fresh.add(new[-1])
+            elif isinstance(t, (bool, int, float)):
+                raise _Refused("a value read back from a tensor")
+        return tuple(new)
+
+
+def _template(frame: _Frame, args, launch: bool = True) -> tuple[list, tuple]:
+    """``args`` (a flat sequence) as a list to copy per replay, and the (position, environment
+    index) pairs to fill in."""
+    tmpl = list(args)
+    slots = []
+    for p, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            j = frame.slot(a)
+            if j is not None:
+                slots.append((p, j))
+                tmpl[p] = None
+        elif launch and not isinstance(a, _LAUNCH_SCALARS):
+            raise _Refused(f"a launch argument of type {type(a).__name__}")
+        elif not launch:
+            try:
+                _scalar_key(a)  # scalars, and tuples and lists of them, only (no nested tensor)
+            except TypeError:
+                raise _Refused(f"an op argument of type {type(a).__name__}") from None
+    return tmpl, tuple(slots)
+
+
+_LAUNCH_SCALARS = (int, float, bool, type(None))
+
+
+def _setter(new: tuple, out=None):
+    """How a replayed step's output enters the environment (at the indices recorded; ``out``:
+    the recorded output, whose structure a replay's has)."""
+    if len(new) == 1 and new[0] is not None:
+        i = new[0]
+
+        def put(env, out):
+            env[i] = out
+    elif all(i is None for i in new):
+        def put(env, out):
+            pass
+    else:
+        pairs = tuple((k, i) for k, i in enumerate(new) if i is not None)
+        flat = type(out) is tuple and all(isinstance(t, torch.Tensor) for t in out)
+
+        def put(env, out):
+            if flat:  # the common case: a tuple of tensors
+                for k, i in pairs:
+                    env[i] = out[k]
+                return
+            leaves = [out] if isinstance(out, torch.Tensor) else [
+                t for t in _pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+            for t, i in zip(leaves, new):
+                if i is not None:
+                    env[i] = t
+    return put
+
+
+def _record_launch(launch: "Launch", args) -> None:
+    frame = _recording_frame()
+    if frame.depth or frame.refused:
+        frame.depth += 1
+        try:
+            launch._slow(args)
+        finally:
+            frame.depth -= 1
+        return
+    frame.depth += 1
+    try:
+        kernel = launch._slow(args)
+    finally:
+        frame.depth -= 1
+    descs = []  # (position, environment index of its base, the descriptor as recorded)
+    plain = list(args)
+    for p, a in enumerate(args):
+        base = getattr(a, "base", None) if not isinstance(a, (torch.Tensor, *_LAUNCH_SCALARS)) else None
+        if isinstance(base, torch.Tensor):  # a host tensor descriptor (TMA): rebuilt on its new base
+            descs.append((p, a))
+            plain[p] = None
+    try:
+        tmpl, slots = _template(frame, plain)
+        descs = tuple((p, frame.slot(d.base), d) for p, d in descs)
+        if any(j is None for _, j, _ in descs):
+            raise _Refused("a descriptor over a tensor the recorder did not see")
+    except _Refused as e:
+        frame.refuse(str(e))
+        return
+    name = f"launch {getattr(launch.fn, '__name__', 'kernel')} grid {launch.g}"
+    tail = launch._tail(len(args)) if _JITFunction is not None and isinstance(launch.fn, _JITFunction) else None
+    if kernel is not None and hasattr(kernel, "packed_metadata") and tail is not None:
+        # The compiled kernel on the current stream (what ``Bound`` does, one call less), every
+        # tensor passed as its address: a view's is its root's plus a fixed offset, so views
+        # need not be rebuilt, and the launcher skips its pointer query.
+        krun, function, packed = kernel.run, kernel.function, kernel.packed_metadata
+        g0, g1, g2 = launch.g
+        device = _current_device()
+        for p, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and tmpl[p] is not None:  # a constant: its address
+                tmpl[p] = a.data_ptr()
+        pointers = tuple((p, *frame.pointer(j)) for p, j in slots)
+        dpointers = tuple((p, *frame.pointer(j), d) for p, j, d in descs)
+        full = tmpl + list(tail)
+
+        def make():
+            if not dpointers:
+                def step(env):
+                    a = full.copy()
+                    for p, j, off in pointers:
+                        a[p] = env[j].data_ptr() + off
+                    krun(g0, g1, g2, _raw_stream(device), function, packed, None, None, None, *a)
+            else:
+                def step(env):
+                    a = full.copy()
+                    for p, j, off in pointers:
+                        a[p] = env[j].data_ptr() + off
+                    for p, j, off, d in dpointers:
+                        a[p] = _rebased(d, _Address(env[j].data_ptr() + off))
+                    krun(g0, g1, g2, _raw_stream(device), function, packed, None, None, None, *a)
+            return step
+
+        uses = tuple(j for _, j, _ in pointers) + tuple(j for _, j, _, _ in dpointers)
+        frame.steps.append(_Step(name, make, uses=uses))
+        return
+
+    def make_slow():  # the interpreter (or an unknown Triton): the Launch, through Triton's path
+        def step(env):
+            a = tmpl.copy()
+            for p, j in slots:
+                a[p] = env[j]
+            for p, j, d in descs:
+                a[p] = _rebased(d, env[j])
+            launch(*a)
+        return step
+
+    frame.steps.append(_Step(name, make_slow, uses=tuple(j for _, j in slots) + tuple(j for _, j, _ in descs)))
+
+
+class _Address:
+    """What a rebuilt tensor descriptor's base needs to be for Triton's launcher: an address."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def _rebased(desc, base):
+    """A copy of tensor descriptor ``desc`` over ``base`` (shape, strides, block and layout kept:
+    the key fixes them), without its constructor's checks (they passed when it was recorded)."""
+    d = object.__new__(type(desc))
+    d.__dict__.update(desc.__dict__)
+    d.base = base
+    return d
+
+
+def _record_op(op: "Op", args, differentiable: bool):
+    """An op called while a public call is recorded: one opaque step (the op's own plan)."""
+    frame = _recording_frame()
+    if frame.depth or frame.refused:
+        frame.depth += 1
+        try:
+            if differentiable and torch.is_grad_enabled() and any(
+                    isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+                return op._function.apply(None, *args)
+            return op._run(args)
+        finally:
+            frame.depth -= 1
+    grad = differentiable and torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    frame.depth += 1
+    try:
+        out = op._replay(args, None, differentiable)
+    finally:
+        frame.depth -= 1
+    plan = None
+    if op.plans is not None:
+        key = plan_key(args)
+        plan = op.plans.get(key) if key is not None else None
+        if type(plan) is Unplanned:  # unplanned, or _SEEN: the replay looks it up again
+            plan = None
+    try:
+        tmpl, slots = _template(frame, args, launch=False)
+        new = frame.outputs(out, fresh=not grad)
+    except _Refused as e:
+        frame.refuse(str(e))
+        return out
+    put = _setter(new, out)
+    direct = plan is not None and not op._mutated and not grad
+
+    def make():
+        if direct:  # the key fixes the branch (grad mode, requires_grad): the op's plan itself
+            run = plan.run
+
+            def step(env):
+                a = tmpl.copy()
+                for p, j in slots:
+                    a[p] = env[j]
+                put(env, run(a))
+        else:
+            def step(env):
+                a = tmpl.copy()
+                for p, j in slots:
+                    a[p] = env[j]
+                put(env, op._replay(a, plan, differentiable))
+        return step
+
+    what = f"op {op.name}" + (" (autograd)" if grad else "") + ("" if plan is not None else " (unplanned)")
+    frame.steps.append(_Step(what, make, uses=tuple(j for _, j in slots), outs=new, plan=plan))
+    return out
+
+
+_aten = torch.ops.aten
+
+
+class _Recorder(_TorchDispatchMode):
+    """Notes every tensor operation of the innermost frame being recorded on this thread."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        frame = _recording_frame()
+        if frame is None or frame.depth or frame.refused:
+            return out
+        try:
+            _record_aten(frame, func, args, kwargs, out)
+        except _Refused as e:
+            frame.refuse(str(e))
+        return out
+
+
+def _record_aten(frame: _Frame, func, args, kwargs, out):
+    tags = func.tags
+    if torch.Tag.data_dependent_output in tags or torch.Tag.dynamic_output_shape in tags:
+        raise _Refused(f"{func} reads tensor values on the host")
+    for t in ([out] if isinstance(out, torch.Tensor) else _pytree.tree_leaves(out)):
+        if isinstance(t, torch.Tensor) and t.device != frame.device:
+            raise _Refused(f"{func} moves a tensor to {t.device}")
+    flat, spec = _pytree.tree_flatten((args, kwargs))
+    tmpl = list(flat)
+    slots = []
+    for p, a in enumerate(flat):
+        if isinstance(a, torch.Tensor):
+            j = frame.slot(a)
+            if j is not None:
+                slots.append((p, j))
+                tmpl[p] = None
+    slots = tuple(slots)
+    uses = tuple(j for _, j in slots)
+    if (func is _aten.detach.default and len(slots) == 1 and slots[0][1] in frame.fresh
+            and isinstance(out, torch.Tensor) and not out.requires_grad):
+        # Recording artefact: the recorder holds a new tensor, so autograd's wrapper detaches
+        # a shallow copy of it; the call as written returns the tensor itself.
+        frame.ids[id(out)] = slots[0][1]
+        frame.keep.append(out)
+        return
+    view = getattr(func, "is_view", False) and isinstance(out, torch.Tensor) and len(slots) >= 1
+    new = frame.outputs(out, fresh=not view)
+    put = _setter(new, out)
+    if view and new[0] is not None:
+        base, off = frame.pointer(slots[0][1])
+        frame.root[new[0]] = (base, off + out.data_ptr() - frame.keep[slots[0][1]].data_ptr())
+    size = None
+    if func is _aten.empty.memory_format and not slots:
+        size, kw = tuple(args[0]), dict(kwargs)
+        if not (kw.pop("layout", None) in (None, torch.strided) and not kw.pop("pin_memory", False)
+                and kw.pop("memory_format", None) in (None, torch.contiguous_format) and set(kw) <= {"dtype", "device"}):
+            size = None
+    if size is not None:
+        dtype, device = kw.get("dtype"), kw.get("device")
+        stride, acc = [], 1
+        for d in reversed(size):
+            stride.append(acc)
+            acc *= max(d, 1)
+        stride = tuple(reversed(stride))
+        i = new[0]
+
+        def make():
+            def step(env):  # empty_strided: torch.empty's device parsing costs ~1 us more
+                env[i] = torch.empty_strided(size, stride, dtype=dtype, device=device)
+            return step
+
+        frame.steps.append(_Step(f"empty {size} {dtype}", make, outs=new))
+        return
+    if func is _aten.empty_like.default and len(slots) == 1 and slots[0][0] == 0:
+        j, i = slots[0][1], new[0]
+        kw = {k: v for k, v in kwargs.items() if not (k == "pin_memory" and v is False)}
+
+        def make():
+            def step(env):
+                env[i] = torch.empty_like(env[j], **kw)
+            return step
+
+        frame.steps.append(_Step("empty_like", make, uses, new))
+        return
+    if func is _aten.view.default and len(slots) == 1 and slots[0][0] == 0 and not kwargs:
+        j, i, shape = slots[0][1], new[0], args[1]
+
+        def make():
+            def step(env):
+                env[i] = env[j].view(shape)
+            return step
+
+        frame.steps.append(_Step(f"view {tuple(shape)}", make, uses, new, lazy=True))
+        return
+
+    def make_generic():
+        def step(env):
+            flat = tmpl.copy()
+            for p, j in slots:
+                flat[p] = env[j]
+            a, kw = _pytree.tree_unflatten(flat, spec)
+            put(env, func(*a, **kw))
+        return step
+
+    frame.steps.append(_Step(str(func), make_generic, uses, new, lazy=view))
+
+
+def _raw_launch_hook(*_):
+    """Triton's launch-enter hook while recording: a kernel launched other than through
+    ``Launch`` (whose own launches happen inside an opaque step) cannot be replayed."""
+    frame = _recording_frame() if _REC[0] else None
+    if frame is not None and not frame.depth:
+        frame.refuse("a kernel launched outside the runtime")
+
+
+def refuse_plan(why: str) -> None:
+    """Called by code whose effect a replay would not reproduce (tuning by timing candidates):
+    the calls being recorded on this thread are not planned."""
+    if _REC[0]:
+        for frame in _recording_frames():
+            frame.refuse(why)
+
+
+def _host_reader(name: str, original):
+    """``torch.Tensor.<name>`` while recording: reading values on the host outside the dispatcher
+    (``tolist``, ``numpy``) makes the call unplannable, as ``.item()`` does."""
+
+    @functools.wraps(original)
+    def read(self, *args, **kwargs):
+        refuse_plan(f"Tensor.{name} reads tensor values on the host")
+        return original(self, *args, **kwargs)
+
+    return read
+
+
+_HOST_READERS = ("tolist", "numpy", "__array__")
+_patched = [0]  # recordings that hold the Tensor methods patched (any thread)
+_patch_lock = _threading.Lock()
+
+
+def _patch_readers(on: bool) -> None:
+    with _patch_lock:
+        if on:
+            _patched[0] += 1
+            if _patched[0] == 1:
+                _patched.append({n: getattr(torch.Tensor, n) for n in _HOST_READERS})
+                for n, f in _patched[1].items():
+                    setattr(torch.Tensor, n, _host_reader(n, f))
+        else:
+            _patched[0] -= 1
+            if _patched[0] == 0:
+                for n, f in _patched.pop().items():
+                    setattr(torch.Tensor, n, f)
+
+
+def _args_share_memory(args) -> bool:
+    """Whether two tensor arguments share memory (the same tensor twice, or views of one
+    storage). Such a call is not recorded: the recorder knows a tensor by its identity and its
+    memory, so it could not tell which argument a kernel was given, and the key (which holds no
+    aliasing) is shared with calls whose arguments are distinct. Left seen, the key is recorded
+    by its next call with distinct arguments; a plan replayed on aliased arguments is right, since
+    every position keeps its own slot."""
+    seen = set()
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.numel():
+            p = a.untyped_storage().data_ptr()
+            if p in seen:
+                return True
+            seen.add(p)
+    return False
+
+
+def _record(call: Callable, args):
+    """Run ``call()`` recording it; returns its output and its ``Plan`` (or, if the
+    call cannot be replayed: an ``Unplanned``)."""
+    frames = _recording_frames()
+    frame = _Frame(args)
+    outermost = not frames
+    frames.append(frame)
+    _REC[0] += 1
+    mode = None
+    try:
+        if outermost:
+            _patch_readers(True)
+            if _knobs is not None:
+                _knobs.runtime.launch_enter_hook.add(_raw_launch_hook)
+            mode = _Recorder()
+            mode.__enter__()
+        out = call()
+    finally:
+        try:
+            if mode is not None:
+                mode.__exit__(None, None, None)
+        finally:
+            if outermost:
+                _patch_readers(False)
+                if _knobs is not None:
+                    _knobs.runtime.launch_enter_hook.remove(_raw_launch_hook)
+            frames.pop()
+            _REC[0] -= 1
+    if frame.refused is not None:
+        return out, Unplanned(frame.refused)
+    try:
+        flat, spec = _pytree.tree_flatten(out)
+        tmpl = list(flat)
+        slots = []
+        for p, t in enumerate(flat):
+            if isinstance(t, torch.Tensor):
+                i = frame.ids.get(id(t))
+                if i is None:
+                    raise _Refused("an output the recorder did not see made")
+                slots.append((p, i))
+                tmpl[p] = None
+    except _Refused as e:
+        return out, Unplanned(str(e))
+    if isinstance(out, torch.Tensor):
+        i = slots[0][1]
+        result = lambda env: env[i]  # noqa: E731
+    elif type(out) is tuple and len(tmpl) == len(out) and all(isinstance(t, torch.Tensor) for t in out):
+        idx = tuple(j for _, j in slots)
+        result = lambda env: tuple([env[j] for j in idx])  # noqa: E731
+    else:
+        def result(env, tmpl=tmpl, slots=tuple(slots), spec=spec):
+            flat = tmpl.copy()
+            for p, j in slots:
+                flat[p] = env[j]
+            return _pytree.tree_unflatten(flat, spec)
+    # Views nothing materialized reads are dropped (kernels take their root's address).
+    needed = {j for _, j in slots}
+    kept = []
+    for st in reversed(frame.steps):
+        if st.lazy and not needed.intersection(i for i in st.outs if i is not None):
+            continue
+        needed.update(st.uses)
+        kept.append(st)
+    kept.reverse()
+    steps = tuple(st.make() for st in kept)
+    described = tuple((st.what, st.plan) for st in kept)
+    return out, Plan(steps, (None,) * (len(frame.keep) - frame.n_args), result, described, tuple(frame.consts))
+
+
+def planned(fn: Callable) -> Callable:
+    """A public function whose eager calls are planned (see above): a repeated call with the same
+    key skips the function's checks and replays what it did, down to the kernels. Positional and
+    keyword arguments are both part of the key."""
+    plans = Plans()
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling() or not PLANS[0]:
+            return fn(*args, **kwargs)
+        if kwargs:
+            values = (*args, *kwargs.values())
+            key = plan_key(values)
+            if key is not None:
+                key = (tuple(kwargs), key)
+        else:
+            values = args
+            key = plan_key(args)
+        if key is None:
+            return fn(*args, **kwargs)
+        plan = plans.get(key)
+        if plan is None:  # seen once: runs as written (shapes that never repeat cost no recording)
+            plans.add(key, _SEEN)
+            return fn(*args, **kwargs)
+        if plan is _SEEN:
+            if (_REC[0] and _recording_frame() is not None) or _args_share_memory(values):
+                return fn(*args, **kwargs)  # inside another recording (its steps), or see below
+            out, plan = _record(lambda: fn(*args, **kwargs), values)
+            plans[key] = plan
+            return out
+        if type(plan) is Unplanned:
+            return fn(*args, **kwargs)
+        return plan.run(values)
+
+    wrapper.plans = plans
+    return wrapper
+
+
 def op(name: str, fake: Callable, mutates_args=()) -> Callable[[Callable], Op]:
     """Decorator form of ``Op``: ``@op("roofkit::x_fwd", fake=...)`` over the host launcher."""
 
@@ -380,4 +1160,5 @@ def op(name: str, fake: Callable, mutates_args=()) -> Callable[[Callable], Op]:
     return wrap
 
 
-__all__ = ["Bound", "Launch", "Op", "Plans", "cached_launch", "fast_path_ok", "launch", "needs_grad", "op"]
+__all__ = ["Bound", "Launch", "Op", "Plan", "Plans", "bump_epoch", "cached_launch", "clear_plans", "fast_path_ok",
+           "launch", "needs_grad", "op", "plan_key", "planned", "refuse_plan"]

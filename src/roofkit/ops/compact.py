@@ -51,6 +51,7 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import FLOAT_DTYPES, check_same_device, check_tensor, interpreter_active, needs_int64, on_input_device
+from ._runtime import planned
 
 VALUE_DTYPES = FLOAT_DTYPES + (
     torch.float64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
@@ -715,6 +716,7 @@ def _prepare(op: str, input, mask) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @on_input_device
+@planned
 def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The elements of ``input`` where ``mask`` is True, in row-major order of their broadcast shape.
 
@@ -760,6 +762,7 @@ def masked_select(input: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @on_input_device
+@planned
 def compact(input: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Order-preserving compaction without a host synchronization: ``values[:count]`` equals
     ``torch.masked_select(input, mask)``.

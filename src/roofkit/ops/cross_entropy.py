@@ -46,7 +46,7 @@ from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
 from ._common import (FLOAT_DTYPES, INTERPRETED, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
                       device_index, needs_int64, registers_per_sm, shared_memory_limits, sm_count, cdiv, next_pow2)
 from ._jit import _round_for_store
-from ._runtime import Op, cached_launch
+from ._runtime import Op, cached_launch, planned
 from .softmax import _post_and_wait, _split_position
 
 try:  # the staged-row kernel is written in Gluon (Triton >= 3.5's explicit-layout dialect)
@@ -893,6 +893,7 @@ _cross_entropy_fused_op = Op("roofkit::cross_entropy_fused", _cross_entropy_fuse
 # ----------------------------------------------------------------------------- public function
 
 
+@planned
 def cross_entropy(
     input: torch.Tensor,
     target: torch.Tensor,

@@ -46,7 +46,7 @@ from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
                       needs_int64, sm_count, cdiv, next_pow2)
 from ._jit import _round_for_store
-from ._runtime import Op, cached_launch
+from ._runtime import Op, cached_launch, planned
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 MODES = {"sum": 0, "mean": 1, "max": 2}
@@ -956,6 +956,7 @@ def _check_companion(op: str, name: str, t, input: torch.Tensor, dtypes) -> None
     check_tensor(op, name, t, dtypes=dtypes)
 
 
+@planned
 def embedding_bag(
     input: torch.Tensor,
     weight: torch.Tensor,

@@ -31,7 +31,7 @@ from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, sm_count, cdiv
 from ._jit import _round_for_store
-from ._runtime import Op, cached_launch
+from ._runtime import Op, cached_launch, planned
 from .rms_norm import _as_shape
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -529,6 +529,7 @@ def _check_param(op: str, name: str, t, input: torch.Tensor, normalized_shape: t
     return t.contiguous()
 
 
+@planned
 def layer_norm(
     input: torch.Tensor,
     normalized_shape,

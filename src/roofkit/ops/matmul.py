@@ -42,7 +42,7 @@ from ._autotune import Tuner, bucket
 from ._common import (FLOAT_DTYPES, cdiv, check_same_device, check_tensor, device_index, next_pow2,
                       shared_memory_limits, sm_count)
 from ._gemm import ACTIVATIONS, Config
-from ._runtime import Op
+from ._runtime import Op, bump_epoch, planned
 
 _ACT_NAMES = {v: k for k, v in ACTIVATIONS.items()}
 
@@ -369,10 +369,12 @@ def config_override(config: Config):
         raise TypeError(f"roofkit.matmul.config_override: config must be a roofkit.ops.matmul.Config, got {type(config).__name__}")
     token = object()
     _OVERRIDES.append((token, config))
+    bump_epoch()  # plans made outside the block used other configurations
     try:
         yield config
     finally:
         _OVERRIDES[:] = [o for o in _OVERRIDES if o[0] is not token]
+        bump_epoch()
 
 
 # ----------------------------------------------------------------------------- host launcher
@@ -585,6 +587,7 @@ def _check_bias(op: str, bias, input, n: int) -> None:
         raise ValueError(f"roofkit.{op}: bias must have shape ({n},), got {tuple(bias.shape)}")
 
 
+@planned
 def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=None, out_dtype=None):
     """out = act(alpha * (input @ other) + beta * c + bias), in one kernel.
 
@@ -657,6 +660,7 @@ def matmul(input, other, *, bias=None, activation=None, alpha=1.0, beta=0.0, c=N
     return _matmul_op.apply(input, other, c, bias, act, alpha, beta, out_dtype)
 
 
+@planned
 def linear(input, weight, bias=None, activation=None):
     """act(input @ weight.T + bias), mirroring torch.nn.functional.linear plus a fused activation.
 

@@ -37,7 +37,7 @@ from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, next_pow2, sm_count, cdiv
 from ._jit import _round_for_store
-from ._runtime import Op, cached_launch
+from ._runtime import Op, cached_launch, planned
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -515,6 +515,7 @@ def _prepare(op: str, input, dim, keepdim, dtype=None):
     return input, sorted(dims), scalar
 
 
+@planned
 def sum(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Sum over ``dim``: out[o] = sum of input[o, r] over the reduced positions r.
 
@@ -554,6 +555,7 @@ def sum(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dt
     return y.reshape(()) if scalar else y
 
 
+@planned
 def mean(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Mean over ``dim``: the float32 sum of the reduced elements divided by their count.
 
@@ -567,6 +569,7 @@ def mean(input: torch.Tensor, dim=None, keepdim: bool = False, *, dtype: torch.d
     return y.reshape(()) if scalar else y
 
 
+@planned
 def amax(input: torch.Tensor, dim=(), keepdim: bool = False) -> torch.Tensor:
     """Maximum over ``dim``: out[o] = max of input[o, r]; NaN if any of those elements is NaN.
 

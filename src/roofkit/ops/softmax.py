@@ -36,7 +36,7 @@ from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
 from ._common import (FLOAT_DTYPES, INTERPRETED, bf16_rne, check_tensor, next_pow2, normalize_dim, row_view, rows_of,
                       sm_count, cdiv)
-from ._runtime import Op, cached_launch
+from ._runtime import Op, cached_launch, planned
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -533,6 +533,7 @@ def _prepare(op: str, input, dim, dtype):
     return input, dim, False
 
 
+@planned
 def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Softmax along ``dim``: y_i = exp(x_i - max x) / sum_j exp(x_j - max x).
 
@@ -566,6 +567,7 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
     return y.reshape(()) if scalar else y
 
 
+@planned
 def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Log-softmax along ``dim``: y_i = x_i - max x - log(sum_j exp(x_j - max x)).
 

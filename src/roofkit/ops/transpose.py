@@ -33,7 +33,7 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import interpreter_active, next_pow2, cdiv
-from ._runtime import Op, cached_launch
+from ._runtime import Op, cached_launch, planned
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -325,6 +325,7 @@ def _check_dim(op: str, name: str, d, ndim: int) -> int:
     return d % lim
 
 
+@planned
 def transpose(input: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
     """``input`` with dims ``dim0`` and ``dim1`` swapped, as a new contiguous tensor.
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .._common import check_same_device, check_tensor
-from .._runtime import Op
+from .._runtime import Op, planned
 from ._launch import _backward, _forward
 
 MAX_HEAD_DIM = 256
@@ -123,6 +123,7 @@ def _flag(op: str, name: str, v) -> bool:
     raise TypeError(f"roofkit.{op}: {name} must be a bool; got {type(v).__name__}")
 
 
+@planned
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
@@ -176,6 +177,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     return out
 
 
+@planned
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     scale: float | None = None, return_lse: bool = False, deterministic: bool = False):
     """FlashAttention: out = softmax(scale * q @ k^T [causal]) @ v, optionally with its log-sum-exp.

@@ -20,7 +20,7 @@ from ...harness import baselines
 from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, case
 from .._common import FLOAT_DTYPES, check_same_device, check_tensor, needs_int64, sm_count
-from .._runtime import Op, cached_launch
+from .._runtime import Op, cached_launch, planned
 from ._common import (_INT_RANGES, Q_DTYPES, _I8, _cdiv, _channel_shape, _check_zero_point_range, _esize,
                       _pow2)
 
@@ -436,6 +436,7 @@ def _check_axis(op: str, axis, ndim: int) -> int | None:
 # ----------------------------------------------------------------------------- public functions
 
 
+@planned
 def quantize(x: torch.Tensor, *, axis: int | None = None, dtype: torch.dtype = torch.int8):
     """Affine quantization r = S (q - Z), asymmetric, per tensor or per channel along ``axis``.
 
@@ -479,6 +480,7 @@ def quantize(x: torch.Tensor, *, axis: int | None = None, dtype: torch.dtype = t
     return _quantize_op(x, ax, dtype)
 
 
+@planned
 def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *, axis: int | None = None) -> torch.Tensor:
     """r = S (q - Z) in float32, per tensor or per channel along ``axis``.
 

@@ -21,7 +21,7 @@ from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, Tolerance, case
 from .._common import FLOAT_DTYPES, INTERPRETED, bf16_rne, check_same_device, check_tensor
 from .._jit import _round_for_store
-from .._runtime import Op, cached_launch
+from .._runtime import Op, cached_launch, planned
 from ._common import (FP8_DTYPES, OUT_DTYPES, _I8, _cdiv, _channel_shape, _check_zero_point_range, _esize,
                       _pow2)
 from .affine import quantize_torch
@@ -502,6 +502,7 @@ def _check_gemm_operands(op: str, a, b, names, dtypes) -> None:
 # ----------------------------------------------------------------------------- public functions
 
 
+@planned
 def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_point_a: torch.Tensor | None,
                 scale_b: torch.Tensor, zero_point_b: torch.Tensor | None, *, bias: torch.Tensor | None = None,
                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -559,6 +560,7 @@ def int8_matmul(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, zero_
     return _int8_matmul_op(qa, qb, scale_a, zero_point_a, scale_b, zero_point_b, bias, out_dtype)
 
 
+@planned
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
               use_fast_accum: bool = False) -> torch.Tensor:
