@@ -195,7 +195,7 @@ def test_plans_stand_aside_for_transforms_and_tracing():
         stream = torch.cuda.Stream()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(stream):
-            y = c * 2  # noqa: F841 (warm-up on the side stream)
+            c.mul(2)  # warm-up on the side stream
             with torch.cuda.graph(graph, stream=stream):
                 assert _runtime.plan_key((c,)) is None  # captured calls take the op's own path
 

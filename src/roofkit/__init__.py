@@ -4,7 +4,8 @@ Public ops mirror torch / torch.nn.functional: softmax, log_softmax, rms_norm, l
 cross_entropy, sum, mean, amax, transpose, embedding_bag, scatter_add, index_add, masked_select
 and compact (its (values, count) form without a host sync); matmul and linear (GEMMs with a
 fused epilogue); quantize, dequantize, int8_matmul and scaled_mm (fp8);
-scaled_dot_product_attention and flash_attention (exact attention).
+scaled_dot_product_attention and flash_attention (exact attention); swiglu and geglu (the gated
+products of LLM MLPs).
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
 
 The ops are imported on first use, so a program (or the CLI) can set TRITON_INTERPRET=1 after
@@ -14,7 +15,8 @@ The ops are imported on first use, so a program (or the CLI) can set TRITON_INTE
 __version__ = "0.1.0"
 _OPS = ("softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "sum", "mean", "amax", "transpose", "embedding_bag", "scatter_add",
         "index_add", "masked_select", "compact", "matmul", "linear",
-        "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention")
+        "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention",
+        "swiglu", "geglu")
 __all__ = [*_OPS, "__version__"]
 
 

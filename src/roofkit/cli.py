@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-SUITES = ("llama3-8b", "llama3-70b", "gpt2", "edge", "acceptance", "dlrm", "host")
+SUITES = ("llama3-8b", "llama3-70b", "qwen2-7b", "gemma-7b", "gpt2", "edge", "acceptance", "dlrm", "host")
 
 
 def _setup_backend() -> bool:

@@ -5,6 +5,7 @@ from . import attention as _attention_module
 from . import compact as _compact_module
 from . import cross_entropy as _cross_entropy_module
 from . import embedding_bag as _embedding_bag_module
+from . import glu as _glu_module
 from . import layer_norm as _layer_norm_module
 from . import matmul as _matmul_module
 from . import quant as _quant_module
@@ -17,6 +18,7 @@ from .attention import flash_attention, scaled_dot_product_attention
 from .compact import compact, masked_select
 from .cross_entropy import cross_entropy
 from .embedding_bag import embedding_bag
+from .glu import geglu, swiglu
 from .layer_norm import layer_norm
 from .matmul import linear, matmul
 from .quant import dequantize, int8_matmul, quantize, scaled_mm
@@ -27,11 +29,12 @@ from .softmax import log_softmax, softmax
 from .transpose import transpose
 
 _MODULES = (_softmax_module, _rms_norm_module, _layer_norm_module, _cross_entropy_module, _reduce_module,
-            _transpose_module, _embedding_bag_module, _scatter_module, _compact_module, _matmul_module, _quant_module, _attention_module)
+            _transpose_module, _embedding_bag_module, _scatter_module, _compact_module, _matmul_module, _quant_module, _attention_module, _glu_module)
 for _module in _MODULES:
     for _spec in _module.SPECS:
         register(_spec)
 
 __all__ = ["softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "sum", "mean", "amax", "transpose", "embedding_bag", "scatter_add",
            "index_add", "masked_select", "compact", "matmul", "linear",
-           "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention"]
+           "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention",
+           "swiglu", "geglu"]

@@ -308,7 +308,6 @@ class Op:
         """Register ``backward(ctx, *grads)`` with ``setup_context(ctx, inputs, output)`` (the
         ``torch.library.register_autograd`` contract) for the custom op and for eager calls."""
         self.custom.register_autograd(backward, setup_context=setup_context)
-        impl = self.impl
 
         # The forward takes ctx itself (the older Function form): with a separate setup_context,
         # Function.apply binds default arguments through inspect.signature on every call.

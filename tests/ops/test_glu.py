@@ -1,0 +1,118 @@
+"""swiglu and geglu: bad input, the torch expression's NaN / inf behaviour, torch.compile, the
+backward's saved tensors, and the harness rejecting wrong implementations. (Every registry case
+runs against the float64 reference in tests/test_ops_generic.py.)"""
+
+import math
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import roofkit
+from roofkit.harness.verify import verify_op
+
+pytestmark = pytest.mark.glu
+import roofkit.ops  # noqa: E402,F401 (defines the kernels)
+
+glu = sys.modules["roofkit.ops.glu"]
+
+
+def _pair(shape, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * 3).to(device, dtype), torch.randn(shape, generator=g).to(device, dtype)
+
+
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_bad_input_names_the_op_and_argument(op, device):
+    fn = getattr(roofkit, op)
+    gate, up = _pair((4, 8), device)
+    with pytest.raises(ValueError, match=rf"roofkit\.{op}: gate and up must have the same shape"):
+        fn(gate, up[:, :4])
+    with pytest.raises(ValueError, match="no broadcasting"):
+        fn(gate, up[:1])
+    with pytest.raises(TypeError, match=rf"roofkit\.{op}: up dtype"):
+        fn(gate, up.half())
+    with pytest.raises(TypeError, match=rf"roofkit\.{op}: gate must have dtype"):
+        fn(gate.long(), up)
+    with pytest.raises(TypeError, match=rf"roofkit\.{op}: up must be a torch.Tensor"):
+        fn(gate, 1.0)
+    if op == "geglu":
+        with pytest.raises(ValueError, match=r"roofkit\.geglu: approximate must be 'none' or 'tanh'"):
+            fn(gate, up, approximate="fast")
+
+
+def test_empty_inputs_give_empty_results(device):
+    gate, up = _pair((0, 5), device)
+    assert roofkit.swiglu(gate, up).shape == (0, 5)
+    assert roofkit.geglu(gate, up, "tanh").shape == (0, 5)
+
+
+def test_non_finite_values_behave_as_the_torch_expression(device):
+    specials = torch.tensor([-math.inf, math.inf, math.nan, -100.0, 100.0, 0.0, -0.0, 3.0])
+    gate = specials.repeat_interleave(len(specials)).to(device)
+    up = specials.repeat(len(specials)).to(device)
+    # The torch expression in float32 (where silu(-100) underflows, so silu(-100) * inf is NaN
+    # there, as here; float64 would give -inf), and the float64 reference for the values.
+    exact = F.gelu(gate)
+    exact = torch.where(gate == math.inf, gate, exact)  # +inf, as CUDA torch (CPU torch: NaN)
+    for got, same_dtype, want in [
+        (roofkit.swiglu(gate, up), F.silu(gate) * up, F.silu(gate.double()) * up.double()),
+        (roofkit.geglu(gate, up, "tanh"), F.gelu(gate, approximate="tanh") * up,
+         F.gelu(gate.double(), approximate="tanh") * up.double()),
+        (roofkit.geglu(gate, up), exact * up, glu.geglu_reference(gate, up)),
+    ]:
+        assert torch.equal(torch.isnan(got), torch.isnan(same_dtype))
+        finite = ~torch.isnan(want) & ~torch.isnan(got)
+        torch.testing.assert_close(got[finite].double(), want[finite], rtol=1e-5, atol=1e-30)
+
+
+@pytest.mark.parametrize("op,ref", [("swiglu", lambda g, u: F.silu(g) * u),
+                                    ("geglu", lambda g, u: F.gelu(g, approximate="tanh") * u)])
+def test_compiles_fullgraph_with_backward(op, ref, device):
+    fn = getattr(roofkit, op)
+    kwargs = {"approximate": "tanh"} if op == "geglu" else {}
+    compiled = torch.compile(lambda g, u: fn(g * 1.5, u, **kwargs).sum(0), fullgraph=True, backend="aot_eager")
+    g, u = (t.requires_grad_() for t in _pair((5, 40), device))
+    out = compiled(g, u)
+    grads = torch.autograd.grad(out, (g, u), torch.ones_like(out))
+    g2, u2 = (t.detach().clone().requires_grad_() for t in (g, u))
+    out2 = ref(g2 * 1.5, u2).sum(0)
+    grads2 = torch.autograd.grad(out2, (g2, u2), torch.ones_like(out2))
+    torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, grads2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_backward_keeps_only_the_inputs(device):
+    # Recompute in the backward: the graph holds gate and up, nothing of the forward's making.
+    gate, up = (t.requires_grad_() for t in _pair((6, 10), device))
+    y = roofkit.swiglu(gate, up)
+    saved = y.grad_fn.saved_tensors
+    assert len(saved) == 2 and {t.data_ptr() for t in saved} == {gate.data_ptr(), up.data_ptr()}
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda g, u: g * u,                                    # no activation
+    lambda g, u: F.silu(g) * u + 1e-2 * u,                 # a small bias
+    lambda g, u: F.silu(u) * g,                            # operands swapped
+    lambda g, u: (F.silu(g.detach()) * u),                 # no gradient through gate
+])
+def test_harness_rejects_wrong_swiglu(wrong, device):
+    report = verify_op("swiglu", impl=wrong, cases=["odd_3x7", "leading_dims_2x3x50"], seeds=1,
+                       dtypes=(torch.float32,), device=device)
+    assert not report.passed
+
+
+def test_harness_rejects_exact_gelu_for_tanh(device):
+    wrong = lambda g, u, approximate="none": F.gelu(g) * u  # noqa: E731 (ignores approximate)
+    report = verify_op("geglu", impl=wrong, cases=["tanh_large_magnitude_8x300"], seeds=1,
+                       dtypes=(torch.float32,), device=device)
+    assert not report.passed
+
+
+def test_cost_counts_reads_and_writes():
+    from roofkit.harness.spec import case
+
+    assert glu.glu_cost(case("t", shape=(4, 8)), torch.bfloat16).bytes == 3 * 32 * 2
+    assert glu.glu_cost(case("t", shape=(4, 8), mode="fwd_bwd"), torch.float32).bytes == 8 * 32 * 4
