@@ -23,7 +23,7 @@ from .layer_norm import layer_norm
 from .matmul import linear, matmul
 from .quant import dequantize, int8_matmul, quantize, scaled_mm
 from .reduce import amax, mean, sum  # noqa: A004 (roofkit.sum mirrors torch.sum)
-from .rms_norm import rms_norm
+from .rms_norm import add_rms_norm, rms_norm
 from .scatter import index_add, scatter_add
 from .softmax import log_softmax, softmax
 from .transpose import transpose
@@ -37,4 +37,4 @@ for _module in _MODULES:
 __all__ = ["softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "sum", "mean", "amax", "transpose", "embedding_bag", "scatter_add",
            "index_add", "masked_select", "compact", "matmul", "linear",
            "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention",
-           "swiglu", "geglu"]
+           "swiglu", "geglu", "add_rms_norm"]

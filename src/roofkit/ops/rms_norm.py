@@ -28,7 +28,7 @@ from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
 from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2, rows_of, sm_count
-from ._runtime import Op, Plans, cached_launch, fast_path_ok, needs_grad
+from ._runtime import Op, Plans, cached_launch, fast_path_ok, needs_grad, planned
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -104,14 +104,26 @@ def _bwd_config(n: int) -> Config:
 
 
 @triton.jit
+def _add_residual(x, res_ptrs, rout_ptrs, mask, BF16_RNE: tl.constexpr, STORE: tl.constexpr):
+    """x + residual rounded to the output's dtype, as float32 (the model's residual stream is in
+    the input dtype); stored to ``rout_ptrs`` when STORE."""
+    r = _round_for_store(x + tl.load(res_ptrs, mask=mask, other=0.0).to(tl.float32), rout_ptrs, BF16_RNE)
+    if STORE:
+        tl.store(rout_ptrs, r, mask=mask)
+    return r.to(tl.float32)
+
+
+@triton.jit
 def _rms_norm_fwd_kernel(
     x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, eps,
-    stride_xm, stride_ym,
+    stride_xm, stride_ym, res_ptr, rout_ptr, stride_resm, stride_routm,
     HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr = False,
 ):
     """y and 1/rms of BLOCK_M rows per iteration, the program looping over row blocks pid,
-    pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice."""
+    pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice.
+    HAS_RESIDUAL (add_rms_norm): the row normalized is x + residual rounded to x's dtype, which
+    is also stored (rout); the second walk of a long row recomputes it."""
     cols = tl.arange(0, BLOCK_N)
     if ONE_PASS and HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
@@ -124,6 +136,9 @@ def _rms_norm_fwd_kernel(
         if ONE_PASS:
             mask = row_mask[:, None] & (cols[None, :] < N)
             x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                x = _add_residual(x, res_ptr + rows64[:, None] * stride_resm + cols[None, :],
+                                  rout_ptr + rows64[:, None] * stride_routm + cols[None, :], mask, BF16_RNE, True)
             rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
             y = x * rstd[:, None]
             if HAS_WEIGHT:
@@ -135,12 +150,18 @@ def _rms_norm_fwd_kernel(
                 offs = start + cols
                 mask = row_mask[:, None] & (offs[None, :] < N)
                 x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                if HAS_RESIDUAL:
+                    x = _add_residual(x, res_ptr + rows64[:, None] * stride_resm + offs[None, :],
+                                      rout_ptr + rows64[:, None] * stride_routm + offs[None, :], mask, BF16_RNE, True)
                 acc += x * x
             rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
             for start in range(0, N, BLOCK_N):
                 offs = start + cols
                 mask = row_mask[:, None] & (offs[None, :] < N)
                 x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                if HAS_RESIDUAL:
+                    x = _add_residual(x, res_ptr + rows64[:, None] * stride_resm + offs[None, :],
+                                      rout_ptr + rows64[:, None] * stride_routm + offs[None, :], mask, BF16_RNE, False)
                 y = x * rstd[:, None]
                 if HAS_WEIGHT:
                     wc = tl.load(w_ptr + offs, mask=offs < N, other=0.0).to(tl.float32)
@@ -152,9 +173,9 @@ def _rms_norm_fwd_kernel(
 @triton.jit
 def _rms_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, M, N, rows_per_program,
-    stride_dym, stride_xm, stride_dxm,
+    stride_dym, stride_xm, stride_dxm, dres_ptr, stride_dresm,
     HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, HAS_DRES: tl.constexpr = False,
 ):
     """dx for rows [pid * rows_per_program, ...), BLOCK_M rows per step, and this program's fp32
     row of partial dweight. dx = rstd * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*rstd;
@@ -184,6 +205,8 @@ def _rms_norm_bwd_kernel(
                 wdy = dy
             c = tl.sum(wdy * xhat, axis=1) / N
             dx = (wdy - xhat * c[:, None]) * rstd[:, None]
+            if HAS_DRES:  # add_rms_norm: the residual stream's own gradient joins
+                dx += tl.load(dres_ptr + rows[:, None] * stride_dresm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
             if HAS_WEIGHT:
                 dw_acc += dy * xhat
@@ -219,6 +242,8 @@ def _rms_norm_bwd_kernel(
                 else:
                     wdy = dy
                 dx = (wdy - xhat * c) * rstd
+                if HAS_DRES:
+                    dx += tl.load(dres_ptr + r * stride_dresm + offs, mask=mask, other=0.0).to(tl.float32)
                 tl.store(dx_ptr + r * stride_dxm + offs, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
 
 
@@ -246,13 +271,16 @@ def _rows_unit_stride(t: torch.Tensor) -> torch.Tensor:
     return r if r.stride(1) == 1 else r.contiguous()
 
 
-def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, config: Config | None = None):
+def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, config: Config | None = None,
+                      residual: torch.Tensor | None = None):
+    """(y, rstd) of rms_norm(x); with ``residual``, (y, rstd, residual_out) of add_rms_norm."""
     n = x.shape[-1]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     m = x.numel() // n if n else 0
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
+    rout = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
     if x.numel() == 0:
-        return y, rstd
+        return (y, rstd) if residual is None else (y, rstd, rout)
     xr = _rows_unit_stride(x)
     yr = y.view(-1, n)
     cfg = config or _fwd_config(n)
@@ -260,15 +288,18 @@ def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, 
     if cfg.programs_per_sm:
         grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
     w = weight if weight is not None else xr  # never read when HAS_WEIGHT is False
+    resr, routr = (_rows_unit_stride(residual), rout.view(-1, n)) if residual is not None else (xr, yr)
     cached_launch(
         _LAUNCHES, _rms_norm_fwd_kernel, grid,
         HAS_WEIGHT=weight is not None, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
-    )(xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0))
-    return y, rstd
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps,
+    )(xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0), resr, routr, resr.stride(0), routr.stride(0))
+    return (y, rstd) if residual is None else (y, rstd, rout)
 
 
-def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None):
+def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None, dres: torch.Tensor | None = None):
+    """(dx, dweight) of rms_norm; with ``dres`` (add_rms_norm: the gradient of residual_out, of
+    x's shape) added to dx in the same pass."""
     n = x.shape[-1]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     has_w = weight is not None
@@ -288,11 +319,14 @@ def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None):
     alloc = torch.zeros if (has_w and not cfg.one_pass) else torch.empty
     partial = alloc((g, n) if has_w else (1, 1), dtype=torch.float32, device=x.device)
     w = weight if has_w else xr
+    dresr = _rows_unit_stride(dres) if dres is not None else dyr
     cached_launch(
         _LAUNCHES, _rms_norm_bwd_kernel, g,
         HAS_WEIGHT=has_w, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, num_warps=cfg.num_warps,
-    )(dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program, dyr.stride(0), xr.stride(0), dxr.stride(0))
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, HAS_DRES=dres is not None,
+        num_warps=cfg.num_warps,
+    )(dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program, dyr.stride(0), xr.stride(0), dxr.stride(0), dresr,
+      dresr.stride(0))
     if has_w:
         block_cols = 256
         cached_launch(
@@ -365,6 +399,37 @@ def _as_shape(op: str, normalized_shape) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _checked(op: str, input, normalized_shape, weight, eps) -> tuple[torch.Tensor | None, float]:
+    """rms_norm's argument checks (shared with add_rms_norm): the contiguous weight and the eps
+    as a float, or a TypeError / ValueError naming ``op`` and the argument."""
+    check_tensor(op, "input", input)
+    normalized_shape = _as_shape(op, normalized_shape)
+    if input.dim() == 0 or normalized_shape != tuple(input.shape[-1:]):
+        raise ValueError(
+            f"roofkit.{op}: normalized_shape must be the last dimension of input, "
+            f"({input.shape[-1] if input.dim() else '?'},); got {normalized_shape} for input of shape {tuple(input.shape)}"
+        )
+    if weight is not None:
+        check_tensor(op, "weight", weight)
+        check_same_device(op, "weight", weight, input)
+        if tuple(weight.shape) != normalized_shape:
+            raise ValueError(f"roofkit.{op}: weight must have shape {normalized_shape}, got {tuple(weight.shape)}")
+        if weight.dtype != input.dtype:
+            raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
+        weight = weight.contiguous()
+    if eps is None:
+        eps = DEFAULT_EPS
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"roofkit.{op}: eps must be a real number or None, got {type(eps).__name__}")
+    try:
+        eps = float(eps)
+    except OverflowError:
+        raise ValueError(f"roofkit.{op}: eps {eps} does not fit a float") from None
+    if not eps >= 0:
+        raise ValueError(f"roofkit.{op}: eps must be >= 0, got {eps}")
+    return weight, eps
+
+
 def _fwd_plan(x: torch.Tensor, weight: torch.Tensor | None, eps: float, grad: bool):
     """A checked call's forward as a plan (see ``_PLANS``) and its first result. Contiguous
     inputs only (the row stride is N). ``grad``: the plan is ``_Planned``'s forward, returning
@@ -383,7 +448,7 @@ def _fwd_plan(x: torch.Tensor, weight: torch.Tensor | None, eps: float, grad: bo
         HAS_WEIGHT=weight is not None, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
-    bound = launch.bind(x, weight if weight is not None else x, y, rstd, m, n, eps, n, n)
+    bound = launch.bind(x, weight if weight is not None else x, y, rstd, m, n, eps, n, n, x, y, n, n)
     if bound is None:
         return None, (y, rstd) if grad else y
     if not grad:
@@ -392,7 +457,7 @@ def _fwd_plan(x: torch.Tensor, weight: torch.Tensor | None, eps: float, grad: bo
         def plan(x, weight):
             y = torch.empty_like(x)
             bound(x, x if weight is None else weight, y, torch.empty((m,), dtype=torch.float32, device=x.device),
-                  m, n, eps, n, n)
+                  m, n, eps, n, n, x, y, n, n)
             return y
 
         return plan, y
@@ -402,7 +467,7 @@ def _fwd_plan(x: torch.Tensor, weight: torch.Tensor | None, eps: float, grad: bo
     def plan_grad(x, weight):
         y = torch.empty_like(x)
         rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
-        bound(x, x if weight is None else weight, y, rstd, m, n, eps, n, n)
+        bound(x, x if weight is None else weight, y, rstd, m, n, eps, n, n, x, y, n, n)
         return y, rstd, backward
 
     return plan_grad, (y, rstd, backward)
@@ -432,10 +497,10 @@ class _BwdPlan:
         if self.has_w:
             dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
             partial = torch.empty(partial_shape, dtype=torch.float32, device=x.device)
-            main(dy, x, weight, rstd, dx, partial, m, n, rows_per_program, n, n, n)
+            main(dy, x, weight, rstd, dx, partial, m, n, rows_per_program, n, n, n, dy, n)
             colsum(partial, dw, g, n)
             return dx, dw
-        main(dy, x, x, rstd, dx, rstd, m, n, rows_per_program, n, n, n)
+        main(dy, x, x, rstd, dx, rstd, m, n, rows_per_program, n, n, n, dy, n)
         return dx, None
 
 
@@ -459,7 +524,7 @@ def _bwd_bind(dy, x, weight, rstd):
         _LAUNCHES, _rms_norm_bwd_kernel, g,
         HAS_WEIGHT=has_w, ONE_PASS=True, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, num_warps=cfg.num_warps,
-    ).bind(dy, x, weight if has_w else x, rstd, dx, partial if has_w else rstd, m, n, rows_per_program, n, n, n)
+    ).bind(dy, x, weight if has_w else x, rstd, dx, partial if has_w else rstd, m, n, rows_per_program, n, n, n, dy, n)
     if not has_w:
         return dx, None, (main, None, g, rows_per_program, partial_shape) if main is not None else None
     dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
@@ -568,32 +633,7 @@ def rms_norm(
             if plan is not None:
                 return _Planned.apply(input, weight, plan) if grad else plan(input, weight)
             fast = input.is_contiguous() and input.numel() > 0 and (weight is None or weight.is_contiguous())
-    op = "rms_norm"
-    check_tensor(op, "input", input)
-    normalized_shape = _as_shape(op, normalized_shape)
-    if input.dim() == 0 or normalized_shape != tuple(input.shape[-1:]):
-        raise ValueError(
-            f"roofkit.{op}: normalized_shape must be the last dimension of input, "
-            f"({input.shape[-1] if input.dim() else '?'},); got {normalized_shape} for input of shape {tuple(input.shape)}"
-        )
-    if weight is not None:
-        check_tensor(op, "weight", weight)
-        check_same_device(op, "weight", weight, input)
-        if tuple(weight.shape) != normalized_shape:
-            raise ValueError(f"roofkit.{op}: weight must have shape {normalized_shape}, got {tuple(weight.shape)}")
-        if weight.dtype != input.dtype:
-            raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
-        weight = weight.contiguous()
-    if eps is None:
-        eps = DEFAULT_EPS
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"roofkit.{op}: eps must be a real number or None, got {type(eps).__name__}")
-    try:
-        eps = float(eps)
-    except OverflowError:
-        raise ValueError(f"roofkit.{op}: eps {eps} does not fit a float") from None
-    if not eps >= 0:
-        raise ValueError(f"roofkit.{op}: eps must be >= 0, got {eps}")
+    weight, eps = _checked("rms_norm", input, normalized_shape, weight, eps)
     if fast:  # a plain, contiguous CUDA call: keep its plan
         plan, first = _fwd_plan(input, weight, eps, grad)
         if plan is not None:
@@ -605,6 +645,123 @@ def rms_norm(
             return first
     y, _ = _rms_norm_fwd_op.apply(input, weight, eps)
     return y
+
+
+# ----------------------------------------------------------------------------- add_rms_norm
+
+
+def _add_rms_norm_fwd(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, rstd, rout = _rms_norm_forward(x, weight, eps, residual=residual)
+    return y, rout, rstd
+
+
+def _add_rms_norm_fwd_fake(x, residual, weight, eps):
+    y, rstd = _rms_norm_fwd_fake(x, weight, eps)
+    return y, torch.empty(x.shape, dtype=x.dtype, device=x.device), rstd
+
+
+def _add_rms_norm_bwd(dy: torch.Tensor, rout: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor,
+                      drout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _rms_norm_backward(dy, rout, weight, rstd, dres=drout)
+
+
+def _add_setup_context(ctx, inputs, output):
+    _, _, weight, _ = inputs
+    _, rout, rstd = output
+    ctx.has_weight = weight is not None
+    ctx.save_for_backward(rout, weight, rstd)
+    ctx.mark_non_differentiable(rstd)
+
+
+def _add_backward(ctx, grad_y, grad_rout, grad_rstd):
+    rout, weight, rstd = ctx.saved_tensors
+    if grad_y is None:  # (None only when autograd does not materialize: zeros then)
+        grad_y = torch.zeros_like(rout)
+    if grad_rout is None:
+        grad_rout = torch.zeros_like(rout)
+    dx, dw = _add_rms_norm_bwd_op(grad_y.contiguous(), rout, weight, rstd, grad_rout.contiguous())
+    # input + residual: both receive the residual stream's gradient (one tensor, as torch's add)
+    return dx, dx, (dw if ctx.has_weight else None), None
+
+
+def _add_rms_norm_bwd_fake(dy, rout, weight, rstd, drout):
+    return _rms_norm_bwd_fake(dy, rout, weight, rstd)
+
+
+_add_rms_norm_bwd_op = Op("roofkit::add_rms_norm_bwd", _add_rms_norm_bwd, _add_rms_norm_bwd_fake)
+_add_rms_norm_fwd_op = Op("roofkit::add_rms_norm_fwd", _add_rms_norm_fwd, _add_rms_norm_fwd_fake).autograd(
+    _add_setup_context, _add_backward)
+
+
+@planned
+def add_rms_norm(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    normalized_shape,
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add before a pre-norm transformer's RMSNorm, fused: returns
+    ``(rms_norm(residual_out, normalized_shape, weight, eps), residual_out)`` with
+    ``residual_out = input + residual``.
+
+    Args:
+        input, residual: float32, float16 or bfloat16 tensors of the same shape and dtype (...,
+            N), any strides, on the same CUDA device (or on CPU with TRITON_INTERPRET=1).
+        normalized_shape, weight, eps: as :func:`rms_norm`.
+    Returns:
+        (output, residual_out): contiguous tensors of input's shape and dtype.
+    Raises:
+        As :func:`rms_norm`, naming add_rms_norm; TypeError / ValueError for a residual of another
+        dtype, shape or device.
+    Numerics:
+        residual_out is the sum rounded to the input dtype (the model's residual stream), and the
+        norm is taken of that rounded sum, as the unfused model computes it; float32 inside.
+        Backward: the gradient of input and of residual is the norm's input gradient plus
+        residual_out's own gradient (one tensor, returned for both, as torch's add does); the
+        weight's gradient is reduced as rms_norm's (fixed order, bitwise reproducible). First
+        order only.
+    Cost:
+        Forward reads input and residual once and writes output and residual_out once (4*M*N
+        elements + N); backward reads residual_out, the two output gradients and writes one
+        input gradient (4*M*N) plus rms_norm's weight partials.
+    Source:
+        Zhang & Sennrich 2019 (RMSNorm); the pre-norm residual block of Llama-style models.
+    """
+    op = "add_rms_norm"
+    check_tensor(op, "residual", residual)
+    weight, eps = _checked(op, input, normalized_shape, weight, eps)
+    check_same_device(op, "residual", residual, input)
+    if residual.dtype != input.dtype:
+        raise TypeError(f"roofkit.{op}: residual dtype {residual.dtype} differs from input dtype {input.dtype}")
+    if residual.shape != input.shape:
+        raise ValueError(f"roofkit.{op}: residual must have input's shape {tuple(input.shape)}, got "
+                         f"{tuple(residual.shape)}")
+    y, rout, _ = _add_rms_norm_fwd_op.apply(input, residual, weight, eps)
+    return y, rout
+
+
+def add_rms_norm_reference(input, residual, normalized_shape, weight=None, eps=None):
+    """(rms_norm(input + residual), input + residual) in float64."""
+    r = input.to(torch.float64) + residual.to(torch.float64)
+    return rms_norm_reference(r, normalized_shape, weight, eps), r
+
+
+def _add_rms_norm_torch(input, residual, normalized_shape, weight=None, eps=None):
+    r = input + residual
+    return F.rms_norm(r, normalized_shape, weight, eps), r
+
+
+def add_rms_norm_cost(case, dtype: torch.dtype) -> Cost:
+    """Forward: read input and residual, write output and residual_out (4 elements per element)
+    plus the weight; ``fwd_bwd`` adds the backward's 4 (residual_out, two gradients in, one out)."""
+    shape = case["shape"]
+    numel, n = math.prod(shape), shape[-1] if shape else 1
+    size = torch.empty((), dtype=dtype).element_size()
+    if case.get("mode", "fwd") == "fwd_bwd":
+        return Cost(flops=14 * numel, bytes=(8 * numel + 2 * n) * size)
+    return Cost(flops=5 * numel, bytes=(4 * numel + n) * size)
 
 
 # ----------------------------------------------------------------------------- spec
@@ -720,4 +877,73 @@ SPEC = OpSpec(
     marker="rms_norm",
 )
 
-SPECS = (SPEC,)
+def _add_make_inputs(case, dtype, generator, device) -> Inputs:
+    x, normalized_shape, weight, eps = _make_inputs(case, dtype, generator, device).args
+    residual = random_tensor(case["shape"], dtype, generator, device, case.get("residual_dist", "normal"),
+                             magnitude=case.get("magnitude", 1e2), layout=case.get("residual_layout", "contiguous"))
+    return Inputs((x, residual, normalized_shape, weight, eps))
+
+
+ADD_CASES = [
+    # N = 1 with a large eps: with a small one the input gradient is eps / |s|^3, a cancellation
+    # of two equal terms whose error no float32 formula keeps within 2x torch's on every seed.
+    case("tiny_1x1_eps_large", ["quick"], shape=(1, 1), eps=0.5),
+    case("odd_3x7", ["quick"], shape=(3, 7)),
+    case("prime_9x781", shape=(9, 781)),
+    case("row_4096", shape=(3, 4096)),
+    case("leading_dims_2x3x50", shape=(2, 3, 50)),
+    case("no_weight_5x96", shape=(5, 96), weight=False),
+    case("transposed_16x33", shape=(16, 33), layout="transposed", residual_layout="strided", dtypes=(torch.float32,)),
+    case("expanded_residual_5x40", shape=(5, 40), residual_layout="expanded", dtypes=(torch.float32,)),
+    case("grad_transposed_7x48", shape=(7, 48), grad_layout="transposed", dtypes=(torch.float32,)),
+    case("eps_large_8x64", shape=(8, 64), eps=0.5),
+    case("cancelling_sum_8x300", shape=(8, 300), dist="large", magnitude=1e3, residual_dist="large"),
+    case("nan_8x129", shape=(8, 129), dist="nan", grad=False),
+    case("empty_rows_0x7", ["quick"], shape=(0, 7)),
+    case("gpu_row_4096", ["gpu"], shape=(2048, 4096)),
+    case("gpu_row_131072", ["gpu"], shape=(64, 131072)),  # the long-row loop (on CPU: tests/ops/test_add_rms_norm.py)
+    case("gpu_fp32_1823x781", ["gpu"], shape=(1823, 781), dtypes=(torch.float32,)),
+]
+
+
+def _add_suites():
+    out = {}
+    for suite, hidden in {"llama3-8b": 4096, "llama3-70b": 8192, "qwen2-7b": 3584, "gemma-7b": 3072}.items():
+        out[suite] = [case(f"hidden_8192x{hidden}", shape=(8192, hidden), dtypes=_BF16),
+                      case(f"hidden_8192x{hidden}_fwd_bwd", shape=(8192, hidden), dtypes=_BF16, mode="fwd_bwd")]
+    out["host"] = [case("hidden_8x4096", shape=(8, 4096), dtypes=_BF16),
+                   case("hidden_8x4096_fwd_bwd", shape=(8, 4096), dtypes=_BF16, mode="fwd_bwd")]
+    return out
+
+
+def _liger_add():
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    except ImportError:
+        return None
+
+    def run(input, residual, normalized_shape, weight=None, eps=None):
+        eps = torch.finfo(input.dtype).eps if eps is None else eps
+        return LigerFusedAddRMSNormFunction.apply(input, residual, weight, eps, 0.0, "gemma", False)
+
+    return run
+
+
+ADD_SPEC = OpSpec(
+    name="add_rms_norm",
+    impl=add_rms_norm,
+    reference=add_rms_norm_reference,
+    torch_impl=_add_rms_norm_torch,
+    make_inputs=_add_make_inputs,
+    cost=add_rms_norm_cost,
+    reduction_length=lambda case: case["shape"][-1],
+    dtypes=FLOAT_DTYPES,
+    cases=ADD_CASES,
+    suites=_add_suites(),
+    baselines={"torch": lambda: _add_rms_norm_torch, "torch.compile": baselines.compiled(_add_rms_norm_torch),
+               "liger": _liger_add},
+    grad_args=(0, 1, 3),
+    marker="rms_norm",
+)
+
+SPECS = (SPEC, ADD_SPEC)

@@ -1,0 +1,81 @@
+"""add_rms_norm: both outputs' gradients (the harness backpropagates through the first output
+only), bad input, torch.compile. (Every registry case runs against the float64 reference in
+tests/test_ops_generic.py.)"""
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import roofkit
+import roofkit.ops  # noqa: F401 (defines the kernels)
+
+pytestmark = pytest.mark.rms_norm
+rms = sys.modules["roofkit.ops.rms_norm"]
+
+
+def _inputs(shape, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x, r = (torch.randn(shape, generator=g).to(device, dtype) for _ in range(2))
+    w = (1 + 0.5 * torch.randn(shape[-1:], generator=g)).to(device, dtype)
+    return x, r, w
+
+
+@pytest.mark.parametrize("shape,loop", [((5, 96), False), ((2, 40), True)])
+def test_gradients_of_both_outputs_match_float64(shape, loop, device, monkeypatch):
+    if loop:  # the long-row path, on a short row
+        monkeypatch.setattr(rms, "ONE_PASS_MAX_N", 16)
+        monkeypatch.setattr(rms, "LOOP_BLOCK_N", 16)
+    x, r, w = (t.requires_grad_() for t in _inputs(shape, device))
+    g = torch.Generator().manual_seed(1)
+    dy, dr = (torch.randn(shape, generator=g).to(device) for _ in range(2))
+    y, rout = roofkit.add_rms_norm(x, r, shape[-1:], w, 1e-5)
+    grads = torch.autograd.grad([y, rout], [x, r, w], [dy, dr], retain_graph=True)
+    x64, r64, w64 = (t.detach().double().requires_grad_() for t in (x, r, w))
+    s64 = x64 + r64
+    y64 = F.rms_norm(s64, shape[-1:], w64, 1e-5)
+    want = torch.autograd.grad([y64, s64], [x64, r64, w64], [dy.double(), dr.double()])
+    torch.testing.assert_close(y.double(), y64, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rout.double(), s64, rtol=1e-6, atol=1e-6)
+    for a, b in zip(grads, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
+    # only the residual stream's gradient, the norm's output unused
+    gx_only = torch.autograd.grad(rout, x, dr, retain_graph=True)[0]
+    torch.testing.assert_close(gx_only, dr)
+
+
+def test_residual_out_is_the_rounded_sum_the_norm_sees(device):
+    x, r, w = _inputs((4, 64), device, torch.bfloat16)
+    y, rout = roofkit.add_rms_norm(x, r, (64,), w)
+    assert torch.equal(rout, x + r)  # the model's bf16 residual stream, bit for bit
+    torch.testing.assert_close(y, F.rms_norm(x + r, (64,), w), rtol=2e-2, atol=2e-2)
+
+
+def test_bad_input_names_the_op(device):
+    x, r, w = _inputs((4, 8), device)
+    with pytest.raises(ValueError, match=r"roofkit\.add_rms_norm: residual must have input's shape"):
+        roofkit.add_rms_norm(x, r[:, :4], (8,), w)
+    with pytest.raises(TypeError, match=r"roofkit\.add_rms_norm: residual dtype"):
+        roofkit.add_rms_norm(x, r.half(), (8,), w)
+    with pytest.raises(TypeError, match=r"roofkit\.add_rms_norm: residual must be a torch.Tensor"):
+        roofkit.add_rms_norm(x, 1.0, (8,), w)
+    with pytest.raises(ValueError, match=r"roofkit\.add_rms_norm: normalized_shape must be the last dimension"):
+        roofkit.add_rms_norm(x, r, (4,), w[:4])
+    with pytest.raises(ValueError, match=r"roofkit\.add_rms_norm: eps must be >= 0"):
+        roofkit.add_rms_norm(x, r, (8,), w, -1.0)
+
+
+def test_compiles_fullgraph_with_backward(device):
+    x, r, w = (t.requires_grad_() for t in _inputs((5, 40), device))
+    fn = torch.compile(lambda x, r, w: [t.sum(0) for t in roofkit.add_rms_norm(x * 2, r, (40,), w)],
+                       fullgraph=True, backend="aot_eager")
+    y, rout = fn(x, r, w)
+    grads = torch.autograd.grad([y, rout], [x, r, w], [torch.ones_like(y), torch.ones_like(rout)])
+    x2, r2, w2 = (t.detach().clone().requires_grad_() for t in (x, r, w))
+    s = x2 * 2 + r2
+    y2, rout2 = F.rms_norm(s, (40,), w2).sum(0), s.sum(0)
+    want = torch.autograd.grad([y2, rout2], [x2, r2, w2], [torch.ones_like(y2), torch.ones_like(rout2)])
+    torch.testing.assert_close(y, y2, rtol=1e-4, atol=1e-5)
+    for a, b in zip(grads, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
