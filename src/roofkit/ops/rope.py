@@ -1,0 +1,378 @@
+"""Rotary position embedding of queries and keys, as transformers applies it (rotate-half).
+
+    q_embed = q * cos + rotate_half(q) * sin,   rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2])
+
+so for the two halves of every head vector (x1, x2) with the halves of cos and sin:
+
+    out1 = x1 * c1 - x2 * s1        out2 = x2 * c2 + x1 * s2
+
+and the backward (the transposed map) is the same pass with the signs of sin moved:
+
+    d x1 = g1 * c1 + g2 * s2        d x2 = g2 * c2 - g1 * s1
+
+One launch covers q and k: the first programs take q's rows (one row = one head vector of D
+elements at one position), the others k's; any strides (the model passes (B, S, H, D) tensors
+transposed to (B, H, S, D)), cos / sin broadcast over the heads without a copy.
+
+Source: Su et al., "RoFormer" (2021); transformers' ``apply_rotary_pos_emb``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..harness import baselines
+from ..harness.spec import Cost, Inputs, OpSpec, case
+from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2
+from ._jit import _round_for_store
+from ._runtime import Op, cached_launch, planned
+
+ROWS = 32  # head vectors per program
+NUM_WARPS = 4
+
+
+# ----------------------------------------------------------------------------- reference, cost
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_torch(q, k, cos, sin, *, unsqueeze_dim=1):
+    """transformers' apply_rotary_pos_emb, in the inputs' dtypes."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def rope_reference(q, k, cos, sin, *, unsqueeze_dim=1):
+    """The same in float64."""
+    d = torch.float64
+    return rope_torch(q.to(d), k.to(d), cos.to(d), sin.to(d), unsqueeze_dim=unsqueeze_dim)
+
+
+def rope_cost(case, dtype: torch.dtype) -> Cost:
+    """Forward: read q, k and write both (cos / sin are read once per position, shared by the
+    heads: counted once); 3 FLOP per element. ``fwd_bwd`` doubles both."""
+    b, hq, hkv, s, d = (case[k] for k in ("B", "Hq", "Hkv", "S", "D"))
+    size = torch.empty((), dtype=dtype).element_size()
+    qk = b * (hq + hkv) * s * d
+    trig = 2 * b * s * d * size
+    passes = 2 if case.get("mode", "fwd") == "fwd_bwd" else 1
+    return Cost(flops=3 * qk * passes, bytes=passes * (2 * qk * size + trig))
+
+
+# ----------------------------------------------------------------------------- kernel
+
+
+@triton.jit
+def _rope_kernel(
+    q_ptr, k_ptr, cq_ptr, sq_ptr, ck_ptr, sk_ptr, oq_ptr, ok_ptr,
+    rows_q, rows_k, blocks_q, H_q, H_k, S, HALF,
+    sqb, sqh, sqs, skb, skh, sks,
+    scqb, scqh, scqs, ssqb, ssqh, ssqs, sckb, sckh, scks, sskb, sskh, ssks,
+    soqb, soqh, soqs, sokb, sokh, soks,
+    BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    """ROWS head vectors of q (programs < blocks_q) or of k (the others); row r is (b, h, s) in
+    row-major order of (B, H, S); every operand, outputs included, is addressed with its own
+    (B, H, S) strides (unit stride along D); cos / sin broadcast over heads by a zero head stride."""
+    pid = tl.program_id(0)
+    is_q = pid < blocks_q
+    if is_q:
+        blk = pid
+        n_rows, H = rows_q, H_q
+        x_ptr, c_ptr, s_ptr, o_ptr = q_ptr, cq_ptr, sq_ptr, oq_ptr
+        sxb, sxh, sxs = sqb, sqh, sqs
+        scb, sch, scs, ssb, ssh, sss = scqb, scqh, scqs, ssqb, ssqh, ssqs
+        sob, soh, sos = soqb, soqh, soqs
+    else:
+        blk = pid - blocks_q
+        n_rows, H = rows_k, H_k
+        x_ptr, c_ptr, s_ptr, o_ptr = k_ptr, ck_ptr, sk_ptr, ok_ptr
+        sxb, sxh, sxs = skb, skh, sks
+        scb, sch, scs, ssb, ssh, sss = sckb, sckh, scks, sskb, sskh, ssks
+        sob, soh, sos = sokb, sokh, soks
+    rows = blk.to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < n_rows
+    s_idx = rows % S
+    bh = rows // S
+    h_idx = bh % H
+    b_idx = bh // H
+    cols = tl.arange(0, BLOCK_H)
+    mask = row_mask[:, None] & (cols[None, :] < HALF)
+    x_rows = x_ptr + (b_idx * sxb + h_idx * sxh + s_idx * sxs)[:, None]
+    c_rows = c_ptr + (b_idx * scb + h_idx * sch + s_idx * scs)[:, None]
+    s_rows = s_ptr + (b_idx * ssb + h_idx * ssh + s_idx * sss)[:, None]
+    x1 = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_rows + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    c1 = tl.load(c_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    c2 = tl.load(c_rows + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    s1 = tl.load(s_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    s2 = tl.load(s_rows + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if BACKWARD:
+        o1 = x1 * c1 + x2 * s2
+        o2 = x2 * c2 - x1 * s1
+    else:
+        o1 = x1 * c1 - x2 * s1
+        o2 = x2 * c2 + x1 * s2
+    o_rows = o_ptr + (b_idx * sob + h_idx * soh + s_idx * sos)[:, None]
+    tl.store(o_rows + cols[None, :], _round_for_store(o1, o_ptr, BF16_RNE), mask=mask)
+    tl.store(o_rows + HALF + cols[None, :], _round_for_store(o2, o_ptr, BF16_RNE), mask=mask)
+
+
+# ----------------------------------------------------------------------------- host launchers
+
+_LAUNCHES: dict = {}
+
+
+def _as_bhsd(t: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
+    """A 4-D operand as (B, H, S, D) view: unsqueeze_dim 1 means it already is; 2 means (B, S,
+    H, D), transposed here (a view)."""
+    return t if unsqueeze_dim == 1 else t.transpose(1, 2)
+
+
+def _trig_view(t: torch.Tensor, like: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
+    """cos / sin unsqueezed as the model does and broadcast to ``like``'s (B, H, S, D) view."""
+    u = t.unsqueeze(unsqueeze_dim)
+    u = u if unsqueeze_dim == 1 else u.transpose(1, 2)
+    return u.expand(like.shape)
+
+
+def _rope(q, k, cos, sin, unsqueeze_dim: int, backward: bool, out_dtype: torch.dtype):
+    """The launch: outputs of ``out_dtype``, contiguous in the caller's layout, every operand seen
+    as a (B, H, S, D) view (unit stride along D: operands with another last stride are copied
+    first)."""
+    oq = torch.empty(q.shape, dtype=out_dtype, device=q.device)
+    ok = torch.empty(k.shape, dtype=out_dtype, device=k.device)
+    q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
+    cos, sin = (t if t.stride(-1) == 1 else t.contiguous() for t in (cos, sin))
+    qv, kv, oqv, okv = (_as_bhsd(t, unsqueeze_dim) for t in (q, k, oq, ok))
+    rows_q = qv.numel() // qv.shape[-1] if qv.numel() else 0
+    rows_k = kv.numel() // kv.shape[-1] if kv.numel() else 0
+    blocks_q, blocks_k = cdiv(rows_q, ROWS), cdiv(rows_k, ROWS)
+    if blocks_q + blocks_k == 0:
+        return oq, ok
+    cq, sq = _trig_view(cos, qv, unsqueeze_dim), _trig_view(sin, qv, unsqueeze_dim)
+    ck, sk = _trig_view(cos, kv, unsqueeze_dim), _trig_view(sin, kv, unsqueeze_dim)
+    half = qv.shape[-1] // 2
+    cached_launch(
+        _LAUNCHES, _rope_kernel, blocks_q + blocks_k,
+        BACKWARD=backward, BF16_RNE=bf16_rne(out_dtype), ROWS=ROWS, BLOCK_H=next_pow2(max(half, 1)), num_warps=NUM_WARPS,
+    )(qv, kv, cq, sq, ck, sk, oqv, okv, rows_q, rows_k, blocks_q, qv.shape[1], kv.shape[1], qv.shape[2], half,
+      *qv.stride()[:3], *kv.stride()[:3], *cq.stride()[:3], *sq.stride()[:3], *ck.stride()[:3], *sk.stride()[:3],
+      *oqv.stride()[:3], *okv.stride()[:3])
+    return oq, ok
+
+
+def _rope_fwd(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              unsqueeze_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # the dtype torch's q * cos gives: q's, or float32 for 16-bit q with float32 cos / sin
+    return _rope(q, k, cos, sin, unsqueeze_dim, False, torch.promote_types(q.dtype, cos.dtype))
+
+
+def _rope_fwd_fake(q, k, cos, sin, unsqueeze_dim):
+    dtype = torch.promote_types(q.dtype, cos.dtype)
+    return q.new_empty(q.shape, dtype=dtype), k.new_empty(k.shape, dtype=dtype)
+
+
+def _rope_bwd(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int,
+              grad_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    return _rope(dq, dk, cos, sin, unsqueeze_dim, True, grad_dtype)
+
+
+def _rope_bwd_fake(dq, dk, cos, sin, unsqueeze_dim, grad_dtype):
+    return dq.new_empty(dq.shape, dtype=grad_dtype), dk.new_empty(dk.shape, dtype=grad_dtype)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, cos, sin, unsqueeze_dim = inputs
+    ctx.unsqueeze_dim, ctx.grad_dtype = unsqueeze_dim, q.dtype
+    ctx.save_for_backward(cos, sin)
+
+
+def _backward(ctx, dq, dk):
+    cos, sin = ctx.saved_tensors
+    gq, gk = _rope_bwd_op(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.grad_dtype)
+    return gq, gk, None, None, None
+
+
+_rope_bwd_op = Op("roofkit::rope_bwd", _rope_bwd, _rope_bwd_fake)
+_rope_fwd_op = Op("roofkit::rope_fwd", _rope_fwd, _rope_fwd_fake).autograd(_setup_context, _backward)
+
+
+# ----------------------------------------------------------------------------- public function
+
+
+@planned
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
+         unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embedding, exactly transformers' ``apply_rotary_pos_emb`` (rotate-half).
+
+    Args:
+        q: (B, Hq, S, D) queries (with ``unsqueeze_dim=2``: (B, S, Hq, D)), any strides.
+        k: keys of the same layout, B, S and D; Hkv heads (GQA: any count).
+        cos, sin: (B, S, D) as the model's rotary embedding returns them (B may be 1 and is then
+            broadcast), in q's dtype or float32, any strides.
+        unsqueeze_dim: 1 or 2, where cos / sin gain the head dimension, as in transformers.
+    Returns:
+        (q_embed, k_embed), contiguous tensors of q's and k's shapes, in the dtype torch's
+        ``q * cos`` gives (q's; float32 for 16-bit q with float32 cos / sin).
+    Raises:
+        TypeError: not float32 / float16 / bfloat16 tensors; k's dtype not q's; cos / sin neither
+            q's dtype nor float32, or of different dtypes.
+        ValueError: not 4-D; shapes that do not match as above; D odd; unsqueeze_dim not 1 or 2;
+            tensors on different devices; cos or sin requiring a gradient (only q's and k's are
+            computed: the model's rotary embedding runs without autograd).
+    Numerics:
+        float32 arithmetic with one rounding to q's dtype (the torch expression rounds each
+        product and the sum). Backward: the transposed rotation of the output gradients, first
+        order only. Deterministic.
+    Cost:
+        One launch for q and k: reads each once and writes each once, reads cos and sin (shared
+        by the heads, mostly from cache).
+    Source:
+        Su et al. 2021 (RoFormer); transformers' modeling_llama.apply_rotary_pos_emb.
+    """
+    op = "rope"
+    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        check_tensor(op, name, t)
+    for name, t in (("k", k), ("cos", cos), ("sin", sin)):
+        check_same_device(op, name, t, q)
+    if isinstance(unsqueeze_dim, bool) or unsqueeze_dim not in (1, 2):
+        raise ValueError(f"roofkit.{op}: unsqueeze_dim must be 1 or 2, got {unsqueeze_dim!r}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"roofkit.{op}: k dtype {k.dtype} differs from q dtype {q.dtype}")
+    if cos.dtype != sin.dtype or cos.dtype not in (q.dtype, torch.float32):
+        raise TypeError(f"roofkit.{op}: cos and sin must both have q's dtype ({q.dtype}) or float32; got "
+                        f"{cos.dtype} and {sin.dtype}")
+    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or sin.dim() != 3:
+        raise ValueError(f"roofkit.{op}: q and k must be 4-D and cos / sin 3-D (B, S, D); got {q.dim()}-D, "
+                         f"{k.dim()}-D, {cos.dim()}-D and {sin.dim()}-D")
+    s_dim = 2 if unsqueeze_dim == 1 else 1
+    b, s, d = q.shape[0], q.shape[s_dim], q.shape[3]
+    if (k.shape[0], k.shape[s_dim], k.shape[3]) != (b, s, d):
+        raise ValueError(f"roofkit.{op}: k must match q's batch, sequence and head size; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)} (unsqueeze_dim={unsqueeze_dim})")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.shape[1:] != (s, d) or t.shape[0] not in (1, b):
+            raise ValueError(f"roofkit.{op}: {name} must have shape ({b} or 1, {s}, {d}); got {tuple(t.shape)}")
+    if d % 2:
+        raise ValueError(f"roofkit.{op}: the head size D must be even (two halves rotate), got {d}")
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        raise ValueError(f"roofkit.{op}: cos and sin must not require a gradient (roofkit computes q's and "
+                         f"k's only); detach them, as the model's rotary embedding does")
+    if cos.shape[0] != b:
+        cos, sin = cos.expand(b, s, d), sin.expand(b, s, d)
+    return _rope_fwd_op.apply(q, k, cos, sin, unsqueeze_dim)
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def _make_inputs(c, dtype, generator, device) -> Inputs:
+    b, hq, hkv, s, d = (c[k] for k in ("B", "Hq", "Hkv", "S", "D"))
+    gdev = generator.device
+    layout = c.get("layout", "bhsd")
+    unsqueeze_dim = 2 if layout == "bshd" else 1
+
+    def heads(h):
+        x = torch.randn((b, s, h, d), generator=generator, device=gdev).to(device=device, dtype=dtype)
+        if layout == "bshd":  # the caller's own (B, S, H, D) layout, unsqueeze_dim=2
+            return x
+        if layout == "transposed":  # the model's (B, S, H, D) projection viewed as (B, H, S, D)
+            return x.transpose(1, 2)
+        return x.transpose(1, 2).contiguous()
+
+    q, k = heads(hq), heads(hkv)
+    theta = c.get("theta", 500000.0)
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, device=gdev, dtype=torch.float64) / d)
+    pos = torch.arange(s, device=gdev, dtype=torch.float64) + c.get("offset", 0)
+    ang = torch.cat([pos[:, None] * inv[None, :]] * 2, dim=-1)
+    trig_dtype = torch.float32 if c.get("trig_fp32") else dtype
+    bt = c.get("trig_batch", b)
+    cos = ang.cos()[None].expand(bt, s, d).to(device=device, dtype=trig_dtype)
+    sin = ang.sin()[None].expand(bt, s, d).to(device=device, dtype=trig_dtype)
+    if c.get("trig_layout") == "strided":
+        cos, sin = (torch.cat([t, t], dim=-1)[..., ::2] for t in (cos, sin))
+    kwargs = {"unsqueeze_dim": unsqueeze_dim} if unsqueeze_dim != 1 else {}
+    return Inputs((q, k, cos, sin), kwargs)
+
+
+def _shape(c) -> tuple:
+    return (c["B"], c["Hq"], c["S"], c["D"])
+
+
+_BF16 = (torch.bfloat16,)
+_F32 = (torch.float32,)
+
+
+def _c(name, tags=(), **kw):
+    kw.setdefault("B", 1)
+    kw["shape"] = (kw["B"], kw["Hq"], kw["S"], kw["D"])
+    return case(name, list(tags), **kw)
+
+
+CASES = [
+    _c("tiny_b1_h1_s1_d2", ["quick"], Hq=1, Hkv=1, S=1, D=2),
+    _c("gqa_b2_h4_kv2_s5_d8", ["quick"], B=2, Hq=4, Hkv=2, S=5, D=8),
+    _c("head_128_s17", Hq=3, Hkv=1, S=17, D=128),
+    _c("odd_half_d6_s11", B=2, Hq=2, Hkv=2, S=11, D=6),
+    _c("transposed_views_s9", B=2, Hq=4, Hkv=2, S=9, D=16, layout="transposed"),  # 54 rows: 2 programs
+    _c("unsqueeze_dim_2_s9", B=2, Hq=3, Hkv=1, S=9, D=8, layout="bshd", dtypes=_F32),
+    _c("trig_fp32_s20", Hq=2, Hkv=2, S=20, D=16, trig_fp32=True, dtypes=(torch.float16, torch.bfloat16)),
+    _c("trig_batch_1_b3", B=3, Hq=2, Hkv=1, S=7, D=8, trig_batch=1, dtypes=_F32),
+    _c("trig_strided_s12", Hq=2, Hkv=2, S=12, D=8, trig_layout="strided", dtypes=_F32),
+    _c("far_positions_s16", Hq=2, Hkv=1, S=16, D=32, offset=100000),
+    _c("empty_s0", ["quick"], Hq=2, Hkv=1, S=0, D=8),
+    _c("gpu_b4_s2048", ["gpu"], B=4, Hq=32, Hkv=8, S=2048, D=128, layout="transposed"),
+    _c("gpu_fp32_s333", ["gpu"], B=2, Hq=5, Hkv=5, S=333, D=64, dtypes=_F32),
+]
+
+
+def _suites():
+    out = {}
+    for suite, (hq, hkv, d) in {"llama3-8b": (32, 8, 128), "llama3-70b": (64, 8, 128),
+                                 "qwen2-7b": (28, 4, 128), "gemma-7b": (16, 16, 256)}.items():
+        out[suite] = [
+            _c(f"b1_s8192_h{hq}_kv{hkv}", Hq=hq, Hkv=hkv, S=8192, D=d, layout="transposed", dtypes=_BF16),
+            _c(f"b1_s8192_h{hq}_kv{hkv}_fwd_bwd", Hq=hq, Hkv=hkv, S=8192, D=d, layout="transposed", dtypes=_BF16,
+               mode="fwd_bwd"),
+        ]
+    out["host"] = [_c("decode_b8_s1", B=8, Hq=32, Hkv=8, S=1, D=128, layout="transposed", dtypes=_BF16)]
+    return out
+
+
+def _liger():
+    try:
+        from liger_kernel.ops.rope import LigerRopeFunction
+    except ImportError:
+        return None
+
+    def run(q, k, cos, sin, *, unsqueeze_dim=1):
+        if unsqueeze_dim != 1:
+            raise NotImplementedError("Liger's rope takes (B, H, S, D) only")
+        return LigerRopeFunction.apply(q, k, cos, sin, None, unsqueeze_dim)
+
+    return run
+
+
+SPEC = OpSpec(
+    name="rope",
+    impl=rope,
+    reference=rope_reference,
+    torch_impl=rope_torch,
+    make_inputs=_make_inputs,
+    cost=rope_cost,
+    dtypes=FLOAT_DTYPES,
+    cases=CASES,
+    suites=_suites(),
+    baselines={"torch": lambda: rope_torch, "torch.compile": baselines.compiled(rope_torch), "liger": _liger},
+    grad_args=(0, 1),
+    marker="rope",
+)
+
+SPECS = (SPEC,)
+
