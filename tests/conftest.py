@@ -23,6 +23,47 @@ def _fresh_plans():
     yield
 
 
+class _PlanClearingMonkeyPatch(pytest.MonkeyPatch):
+    """pytest's monkeypatch, dropping roofkit's plans on every change: a plan freezes the
+    module globals, functions and environment variables its recorded call read."""
+
+    def _clear(self):
+        from roofkit.ops import _runtime
+
+        _runtime.clear_plans()
+
+    def setattr(self, *args, **kwargs):
+        super().setattr(*args, **kwargs)
+        self._clear()
+
+    def delattr(self, *args, **kwargs):
+        super().delattr(*args, **kwargs)
+        self._clear()
+
+    def setitem(self, *args, **kwargs):
+        super().setitem(*args, **kwargs)
+        self._clear()
+
+    def setenv(self, *args, **kwargs):
+        super().setenv(*args, **kwargs)
+        self._clear()
+
+    def delenv(self, *args, **kwargs):
+        super().delenv(*args, **kwargs)
+        self._clear()
+
+    def undo(self):
+        super().undo()
+        self._clear()
+
+
+@pytest.fixture
+def monkeypatch():
+    patch = _PlanClearingMonkeyPatch()
+    yield patch
+    patch.undo()
+
+
 @pytest.fixture
 def device() -> torch.device:
     return torch.device("cuda" if HAS_CUDA else "cpu")

@@ -201,7 +201,8 @@ def fast_path_ok(*tensors) -> bool:
             return False
     x = tensors[0]
     return (x.is_cuda and x.get_device() == _current_device() and not _transforms_active()
-            and not _hooks_set() and not torch.cuda.is_current_stream_capturing())
+            and not _hooks_set() and not torch.cuda.is_current_stream_capturing()
+            and not (_REC[0] and _recording_frame() is not None))  # a recorder must see the launches
 
 
 def needs_grad(*tensors) -> bool:
@@ -445,8 +446,12 @@ def _on_device(impl, signature):
 # Plans serve eager CUDA calls only: not while torch.compile, a dispatch mode, a functorch
 # transform, torch.jit or a profiler's launch hooks are active, nor during CUDA-graph capture
 # (a captured call allocates from the graph's pool through the op's own path). A call that fails
-# leaves no plan: the next one fails the same way. ``clear_plans()`` drops them all;
-# ``ROOFKIT_PLANS=0`` turns them off.
+# leaves no plan: the next one fails the same way. The key also holds the current stream and
+# the TF32 switch. What it does not hold, a plan freezes: the ops' module-level tunables and the
+# ROOFKIT_* environment variables an op reads per call (ROOFKIT_AUTOTUNE among them) take effect
+# for planned keys once ``clear_plans()`` drops the plans; ``ROOFKIT_PLANS=0`` turns them off.
+# ``planned`` is for roofkit's public functions, which read only their arguments and roofkit's
+# own state: a tensor the call neither gets nor makes is kept as a constant.
 
 import os as _os
 import threading as _threading
@@ -483,14 +488,16 @@ _det = torch.are_deterministic_algorithms_enabled
 
 
 def bump_epoch() -> None:
-    """Invalidate every plan (a configuration override opened or closed, a configuration tuned)."""
+    """Invalidate every plan (a configuration override opened or closed, a configuration tuned):
+    the epoch is part of every key, and the plans made before are dropped."""
     EPOCH[0] += 1
+    for p in _all_plans:
+        p.clear()
 
 
 def clear_plans() -> None:
-    """Drop every kept plan (tests that patch an op's configuration functions call this)."""
-    for p in _all_plans:
-        p.clear()
+    """Drop every kept plan. Call it after changing what plans froze: an op module's tunables
+    (module globals), ROOFKIT_* environment variables read per call, a monkeypatched function."""
     bump_epoch()
 
 
@@ -547,15 +554,20 @@ def plan_key(args) -> tuple | None:
     if device is None:
         return None
     if device < 0:
-        if not CPU_PLANS[0]:
-            return None
+        if not CPU_PLANS[0] or not all(a.is_cpu for a in args if isinstance(a, torch.Tensor)):
+            return None  # (meta tensors also report device -1)
     elif device != _current_device() or _capturing():
         return None
+    else:
+        # The current stream (an op may keep per-stream state, as split-K's tile locks) and the
+        # TF32 switch (float32 GEMMs read it per call).
+        key = (key, _raw_stream(device), _allow_tf32())
     return key
 
 
 _Tensor, _Parameter, _STRIDED = torch.Tensor, torch.nn.Parameter, torch.strided
 _grad_enabled = torch.is_grad_enabled
+_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", lambda: False)
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
 
 
@@ -614,6 +626,7 @@ class _Frame:
         self.depth = 0  # inside an opaque step (an op, a launch): its own operations are not steps
         self.arg_storages = set()
         self.device = None
+        self.grad = torch.is_grad_enabled()  # the plan's (the key holds it)
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 self.ids.setdefault(id(a), i)
@@ -739,7 +752,7 @@ def _record_launch(launch: "Launch", args) -> None:
             plain[p] = None
     try:
         tmpl, slots = _template(frame, plain)
-        descs = tuple((p, frame.slot(d.base), d) for p, d in descs)
+        descs = tuple((p, frame.slot(d.base), _rebased(d, None)) for p, d in descs)  # (no base kept)
         if any(j is None for _, j, _ in descs):
             raise _Refused("a descriptor over a tensor the recorder did not see")
     except _Refused as e:
@@ -848,7 +861,8 @@ def _record_op(op: "Op", args, differentiable: bool):
         frame.refuse(str(e))
         return out
     put = _setter(new, out)
-    direct = plan is not None and not op._mutated and not grad
+    # The key fixes the branch (autograd or not) only through the call's own arguments' flags.
+    direct = plan is not None and not op._mutated and not grad and all(j < frame.n_args for _, j in slots)
 
     def make():
         if direct:  # the key fixes the branch (grad mode, requires_grad): the op's plan itself
@@ -873,6 +887,13 @@ def _record_op(op: "Op", args, differentiable: bool):
 
 
 _aten = torch.ops.aten
+# torch.tensor(data) reaches the dispatcher as lift_fresh of a tensor made outside it: a replay
+# would hand every call that one tensor.
+_REFUSED_ATEN = {_aten.lift_fresh.default, getattr(_aten, "lift_fresh_copy", _aten.lift_fresh).default}
+
+
+def _has_tensor(flat) -> bool:
+    return any(isinstance(a, torch.Tensor) for a in flat)
 
 
 class _Recorder(_TorchDispatchMode):
@@ -917,7 +938,12 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
         frame.keep.append(out)
         return
     view = getattr(func, "is_view", False) and isinstance(out, torch.Tensor) and len(slots) >= 1
-    new = frame.outputs(out, fresh=not view)
+    if func in _REFUSED_ATEN:
+        raise _Refused(f"{func} makes a tensor from Python data")
+    if any(isinstance(a, torch.Generator) for a in flat):
+        raise _Refused(f"{func} draws from a generator the call holds")
+    # fresh: a factory's output (no tensor input), whose recording artefact detach is elided
+    new = frame.outputs(out, fresh=not _has_tensor(flat))
     put = _setter(new, out)
     if view and new[0] is not None:
         base, off = frame.pointer(slots[0][1])
@@ -955,7 +981,8 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
 
         frame.steps.append(_Step("empty_like", make, uses, new))
         return
-    if func is _aten.view.default and len(slots) == 1 and slots[0][0] == 0 and not kwargs:
+    if func is _aten.view.default and len(slots) == 1 and slots[0][0] == 0 and not kwargs \
+            and torch.is_grad_enabled() == frame.grad:
         j, i, shape = slots[0][1], new[0], args[1]
 
         def make():
@@ -966,6 +993,8 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
         frame.steps.append(_Step(f"view {tuple(shape)}", make, uses, new, lazy=True))
         return
 
+    grad = torch.is_grad_enabled()
+
     def make_generic():
         def step(env):
             flat = tmpl.copy()
@@ -973,7 +1002,14 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
                 flat[p] = env[j]
             a, kw = _pytree.tree_unflatten(flat, spec)
             put(env, func(*a, **kw))
-        return step
+
+        if grad == frame.grad:
+            return step
+
+        def in_mode(env):  # recorded inside a no_grad / enable_grad block of the call
+            with torch.set_grad_enabled(grad):
+                step(env)
+        return in_mode
 
     frame.steps.append(_Step(str(func), make_generic, uses, new, lazy=view))
 
@@ -1033,13 +1069,17 @@ def _args_share_memory(args) -> bool:
     aliasing) is shared with calls whose arguments are distinct. Left seen, the key is recorded
     by its next call with distinct arguments; a plan replayed on aliased arguments is right, since
     every position keeps its own slot."""
-    seen = set()
+    seen, objects = set(), set()
     for a in args:
-        if isinstance(a, torch.Tensor) and a.numel():
-            p = a.untyped_storage().data_ptr()
-            if p in seen:
+        if isinstance(a, torch.Tensor):
+            if id(a) in objects:  # the same tensor twice (empty ones have no memory to compare)
                 return True
-            seen.add(p)
+            objects.add(id(a))
+            if a.numel():
+                p = a.untyped_storage().data_ptr()
+                if p in seen:
+                    return True
+                seen.add(p)
     return False
 
 
@@ -1122,6 +1162,10 @@ def planned(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         if torch.compiler.is_compiling() or not PLANS[0]:
             return fn(*args, **kwargs)
+        if _REC[0] and _recording_frame() is not None:
+            # Inside another call's recording: run as written, so that the recorder sees every
+            # operation and launch (a replay's compiled launches would be invisible to it).
+            return fn(*args, **kwargs)
         if kwargs:
             values = (*args, *kwargs.values())
             key = plan_key(values)
@@ -1137,8 +1181,8 @@ def planned(fn: Callable) -> Callable:
             plans.add(key, _SEEN)
             return fn(*args, **kwargs)
         if plan is _SEEN:
-            if (_REC[0] and _recording_frame() is not None) or _args_share_memory(values):
-                return fn(*args, **kwargs)  # inside another recording (its steps), or see below
+            if _args_share_memory(values):
+                return fn(*args, **kwargs)
             out, plan = _record(lambda: fn(*args, **kwargs), values)
             plans[key] = plan
             return out

@@ -207,7 +207,7 @@ def _launch_config(n: int, m: int, write_grad: bool, device: torch.device | None
     rows_limit = GRAD_SPLIT_MAX_ROWS_PER_SM if write_grad else FWD_SPLIT_MAX_ROWS_PER_SM
     # Cached per (the row length, the flags, whether rows are few, the SMs that bound the splits,
     # the module's tunables): the tunables are read per call so that setting them (tests
-    # monkeypatch them) still takes effect.
+    # monkeypatch them) still takes effect, once kept plans are dropped (_runtime.clear_plans).
     max_splits = MAX_SPLITS if device is None or device.type != "cuda" else min(MAX_SPLITS, sms)
     return _launch_config_of(n, write_grad, bool(smooth and write_grad and weight), smooth, m < rows_limit * sms,
                              max_splits, ONE_PASS_MAX_N, SPLIT_SEG, SPLIT_SEG_WEIGHTED, ONLINE_BLOCK_N,

@@ -151,7 +151,8 @@ def _warps_for(elems: int, per_thread: int) -> int:
 
 
 # The configurations below are cached per (their arguments, the SM count, the module's tunables):
-# the tunables are read per call so that setting them (tests monkeypatch them) still takes effect.
+# the tunables are read per call so that setting them (tests monkeypatch them) still takes effect,
+# once kept plans are dropped (_runtime.clear_plans).
 # Bounded caches: the bag count and index count are part of the key.
 _CONFIG_CACHE = 4096
 

@@ -102,7 +102,8 @@ def _fwd_config(n: int) -> Config:
     benchmarks/NOTES.md): tiles of about 2048 elements (two rows from 8192 on), 1024 elements
     per warp, 4 to 8 warps; longer rows in chunks of ``LOOP_BLOCK_N`` with 16 warps."""
     # Cached per (n, the module's tunables): the tunables are read per call so that setting
-    # them (tests monkeypatch them) still takes effect.
+    # them (tests monkeypatch them) still takes effect, once kept plans are dropped
+    # (_runtime.clear_plans).
     return _fwd_config_of(n, ONE_PASS_MAX_N, LOOP_BLOCK_N)
 
 

@@ -132,7 +132,8 @@ def _split_counts(programs: int, chunks: int, target: int, max_chunks: int) -> t
 
 
 # The configurations are cached per problem and per value of what they read (the SM count and
-# the module's tunables, read per call so that setting them, as tests do, still takes effect).
+# the module's tunables, read per call so that setting them, as tests do, still takes effect
+# once kept plans are dropped: _runtime.clear_plans).
 # Bounded: the keys hold the row / column counts, which vary more than a row length.
 _CONFIG_CACHE = 4096
 

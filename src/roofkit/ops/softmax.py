@@ -98,7 +98,8 @@ def _launch_config(n: int, device: torch.device | None = None, m: int | None = N
     are plentiful (the split form's cross-program wait costs more than the online path's
     second read, much of which the L2 serves)."""
     # Cached per (n, the facts it depends on, the module's tunables): the tunables are read per
-    # call so that setting them (tests monkeypatch them) still takes effect; the row count
+    # call so that setting them (tests monkeypatch them) still takes effect once kept plans are
+    # dropped (_runtime.clear_plans); the row count
     # matters only through "fewer rows than SMs".
     cfg = _one_pass_config(n, ONE_PASS_MAX_N)
     if cfg is not None:

@@ -193,7 +193,8 @@ def _plan(shape: list[int], xs: list[int], elem_size: int) -> Plan | None:
     """Launch plan for writing, contiguously, a view of merged ``shape`` and input strides
     ``xs`` (at most MAX_DIMS dims); None if there are more dims than the kernel takes."""
     # Cached per problem and per value of the tunables it reads (read per call so that setting
-    # them still takes effect); bounded, the keys hold shapes.
+    # them still takes effect once kept plans are dropped: _runtime.clear_plans); bounded, the
+    # keys hold shapes.
     return _plan_of(tuple(shape), tuple(xs), elem_size, MAX_DIMS, TILE_SIDE[elem_size], TILE_WARPS[elem_size],
                     ROW_TILE_BYTES)
 
