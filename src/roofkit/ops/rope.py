@@ -341,7 +341,9 @@ def _suites():
             _c(f"b1_s8192_h{hq}_kv{hkv}_fwd_bwd", Hq=hq, Hkv=hkv, S=8192, D=d, layout="transposed", dtypes=_BF16,
                mode="fwd_bwd"),
         ]
-    out["host"] = [_c("decode_b8_s1", B=8, Hq=32, Hkv=8, S=1, D=128, layout="transposed", dtypes=_BF16)]
+    out["host"] = [_c("decode_b8_s1", B=8, Hq=32, Hkv=8, S=1, D=128, layout="transposed", dtypes=_BF16),
+                   _c("decode_b8_s1_fwd_bwd", B=8, Hq=32, Hkv=8, S=1, D=128, layout="transposed", dtypes=_BF16,
+                      mode="fwd_bwd")]
     return out
 
 
