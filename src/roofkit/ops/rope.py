@@ -68,33 +68,10 @@ def rope_cost(case, dtype: torch.dtype) -> Cost:
 
 
 @triton.jit
-def _rope_kernel(
-    q_ptr, k_ptr, cq_ptr, sq_ptr, ck_ptr, sk_ptr, oq_ptr, ok_ptr,
-    rows_q, rows_k, blocks_q, H_q, H_k, S, HALF,
-    sqb, sqh, sqs, skb, skh, sks,
-    scqb, scqh, scqs, ssqb, ssqh, ssqs, sckb, sckh, scks, sskb, sskh, ssks,
-    soqb, soqh, soqs, sokb, sokh, soks,
-    BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
-):
-    """ROWS head vectors of q (programs < blocks_q) or of k (the others); row r is (b, h, s) in
-    row-major order of (B, H, S); every operand, outputs included, is addressed with its own
-    (B, H, S) strides (unit stride along D); cos / sin broadcast over heads by a zero head stride."""
-    pid = tl.program_id(0)
-    is_q = pid < blocks_q
-    if is_q:
-        blk = pid
-        n_rows, H = rows_q, H_q
-        x_ptr, c_ptr, s_ptr, o_ptr = q_ptr, cq_ptr, sq_ptr, oq_ptr
-        sxb, sxh, sxs = sqb, sqh, sqs
-        scb, sch, scs, ssb, ssh, sss = scqb, scqh, scqs, ssqb, ssqh, ssqs
-        sob, soh, sos = soqb, soqh, soqs
-    else:
-        blk = pid - blocks_q
-        n_rows, H = rows_k, H_k
-        x_ptr, c_ptr, s_ptr, o_ptr = k_ptr, ck_ptr, sk_ptr, ok_ptr
-        sxb, sxh, sxs = skb, skh, sks
-        scb, sch, scs, ssb, ssh, sss = sckb, sckh, scks, sskb, sskh, ssks
-        sob, soh, sos = sokb, sokh, soks
+def _rope_rows(x_ptr, c_ptr, s_ptr, o_ptr, blk, n_rows, H, S, HALF, sxb, sxh, sxs, scb, sch, scs, ssb, ssh, sss,
+               sob, soh, sos, BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, ROWS: tl.constexpr,
+               BLOCK_H: tl.constexpr):
+    """Rows [blk * ROWS, ...) of one operand; row r is (b, h, s) in row-major order of (B, H, S)."""
     rows = blk.to(tl.int64) * ROWS + tl.arange(0, ROWS)
     row_mask = rows < n_rows
     s_idx = rows % S
@@ -121,6 +98,28 @@ def _rope_kernel(
     o_rows = o_ptr + (b_idx * sob + h_idx * soh + s_idx * sos)[:, None]
     tl.store(o_rows + cols[None, :], _round_for_store(o1, o_ptr, BF16_RNE), mask=mask)
     tl.store(o_rows + HALF + cols[None, :], _round_for_store(o2, o_ptr, BF16_RNE), mask=mask)
+
+
+@triton.jit
+def _rope_kernel(
+    q_ptr, k_ptr, cq_ptr, sq_ptr, ck_ptr, sk_ptr, oq_ptr, ok_ptr,
+    rows_q, rows_k, blocks_q, H_q, H_k, S, HALF,
+    sqb, sqh, sqs, skb, skh, sks,
+    scqb, scqh, scqs, ssqb, ssqh, ssqs, sckb, sckh, scks, sskb, sskh, ssks,
+    soqb, soqh, soqs, sokb, sokh, soks,
+    BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    """ROWS head vectors of q (programs < blocks_q) or of k (the others). Every operand, outputs
+    included, is addressed with its own (B, H, S) strides (unit stride along D); cos / sin
+    broadcast over heads by a zero head stride. Each branch calls the row routine with its own
+    operands (no value is merged across the branches: their specializations may differ)."""
+    pid = tl.program_id(0)
+    if pid < blocks_q:
+        _rope_rows(q_ptr, cq_ptr, sq_ptr, oq_ptr, pid, rows_q, H_q, S, HALF, sqb, sqh, sqs,
+                   scqb, scqh, scqs, ssqb, ssqh, ssqs, soqb, soqh, soqs, BACKWARD, BF16_RNE, ROWS, BLOCK_H)
+    else:
+        _rope_rows(k_ptr, ck_ptr, sk_ptr, ok_ptr, pid - blocks_q, rows_k, H_k, S, HALF, skb, skh, sks,
+                   sckb, sckh, scks, sskb, sskh, ssks, sokb, sokh, soks, BACKWARD, BF16_RNE, ROWS, BLOCK_H)
 
 
 # ----------------------------------------------------------------------------- host launchers
