@@ -271,3 +271,30 @@ def test_vmap_goes_through_the_custom_op():
     x = torch.randn(3, 4, 8)
     got = torch.func.vmap(lambda t: roofkit.softmax(t, -1))(x)
     torch.testing.assert_close(got, torch.softmax(x, -1))
+
+
+def test_forward_mode_ad_is_refused_not_silently_dropped():
+    # A dual tensor does not require grad: without the check the op would run on the primal and
+    # the tangent would vanish (torch.func.jvp would return zeros).
+    import roofkit
+
+    g, u = torch.randn(3, 5), torch.randn(3, 5)
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(g, torch.ones_like(g))
+        for call in (lambda: roofkit.swiglu(dual, u), lambda: roofkit.softmax(dual, -1)):
+            with pytest.raises(NotImplementedError, match=r"forward-mode AD .* is not supported"):
+                call()
+        assert roofkit.swiglu(g, u).shape == g.shape  # plain tensors inside the level still run
+    with pytest.raises(NotImplementedError, match=r"roofkit \(glu_fwd\): forward-mode AD"):
+        torch.func.jvp(lambda a: roofkit.swiglu(a, u), (g,), (torch.ones_like(g),))
+
+
+def test_ops_called_by_name_refuse_double_backward():
+    import roofkit.ops  # noqa: F401 (registers the custom ops)
+
+    g, u = torch.randn(5, requires_grad=True), torch.randn(5)
+    y = torch.ops.roofkit.glu_fwd(g, u, 0).sum()
+    (dg,) = torch.autograd.grad(y, g, create_graph=False, retain_graph=True)
+    assert dg.shape == g.shape
+    with pytest.raises(RuntimeError, match=r"roofkit \(glu_fwd\): double backward is not supported"):
+        torch.autograd.grad(y, g, create_graph=True)

@@ -116,3 +116,17 @@ def test_cost_counts_reads_and_writes():
 
     assert glu.glu_cost(case("t", shape=(4, 8)), torch.bfloat16).bytes == 3 * 32 * 2
     assert glu.glu_cost(case("t", shape=(4, 8), mode="fwd_bwd"), torch.float32).bytes == 8 * 32 * 4
+
+
+def test_tanh_gelu_keeps_its_accuracy_where_tanh_is_near_minus_one(device):
+    # 0.5 * (1 + tanh(u)) cancels for negative gates; sigmoid(2u) does not.
+    gate = torch.linspace(-6, 0, 601).to(device)
+    up = torch.ones_like(gate)
+    g64 = gate.double().requires_grad_()
+    want = F.gelu(g64, approximate="tanh")
+    (dwant,) = torch.autograd.grad(want.sum(), g64)
+    g = gate.clone().requires_grad_()
+    got = roofkit.geglu(g, up, "tanh")
+    (dgot,) = torch.autograd.grad(got.sum(), g)
+    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-12)
+    torch.testing.assert_close(dgot.double(), dwant, rtol=2e-5, atol=2e-7)  # (d gate crosses 0 near -0.75)

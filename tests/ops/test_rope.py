@@ -53,8 +53,9 @@ def test_matches_transformers_apply_rotary_pos_emb(device):
 
 def test_bad_input_names_the_op_and_argument(device):
     q, k, cos, sin = _inputs(device)
-    with pytest.raises(ValueError, match=r"roofkit\.rope: unsqueeze_dim must be 1 or 2"):
-        roofkit.rope(q, k, cos, sin, unsqueeze_dim=0)
+    for bad in (0, 1.0, 2.5, True):
+        with pytest.raises(ValueError, match=r"roofkit\.rope: unsqueeze_dim must be the int 1 or 2"):
+            roofkit.rope(q, k, cos, sin, unsqueeze_dim=bad)
     with pytest.raises(TypeError, match=r"roofkit\.rope: k dtype"):
         roofkit.rope(q, k.half(), cos, sin)
     with pytest.raises(TypeError, match=r"roofkit\.rope: cos and sin"):

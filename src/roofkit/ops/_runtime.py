@@ -308,7 +308,17 @@ class Op:
     def autograd(self, setup_context: Callable, backward: Callable) -> "Op":
         """Register ``backward(ctx, *grads)`` with ``setup_context(ctx, inputs, output)`` (the
         ``torch.library.register_autograd`` contract) for the custom op and for eager calls."""
-        self.custom.register_autograd(backward, setup_context=setup_context)
+        op_name = self.name.split("::")[-1]
+
+        def custom_backward(ctx, *grads):
+            # torch.ops.roofkit.<name> called eagerly: the same first-order guard as the eager
+            # Function's (under torch.compile's tracing a mode is active, and the graph decides).
+            if torch.is_grad_enabled() and not _transforms_active():
+                raise RuntimeError(f"roofkit ({op_name}): double backward is not supported (the op is first "
+                                   "order); compute this gradient without create_graph=True")
+            return backward(ctx, *grads)
+
+        self.custom.register_autograd(custom_backward, setup_context=setup_context)
 
         # The forward takes ctx itself (the older Function form): with a separate setup_context,
         # Function.apply binds default arguments through inspect.signature on every call.
@@ -317,8 +327,6 @@ class Op:
             output = self._run(args, plan)
             setup_context(ctx, args, output)
             return output
-
-        op_name = self.name.split("::")[-1]
 
         # First order only: a backward that would itself be differentiated (create_graph=True)
         # raises at once instead of returning gradients without their second-order terms.
@@ -338,6 +346,8 @@ class Op:
 
     def apply(self, *args):
         """Differentiable call: the autograd Function when a gradient can flow, else ``op(*args)``."""
+        if _forward_ad.current_level >= 0 or _functorch_active():
+            _refuse_forward_ad(self.name, args)
         if not _direct(args):
             return self.custom(*args)
         if _REC[0] and _recording_frame() is not None:
@@ -364,6 +374,36 @@ _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+class _ForwardAD:
+    """torch.autograd.forward_ad's current level (-1: no dual level open), read without an import
+    per call."""
+
+    @property
+    def current_level(self) -> int:
+        return torch.autograd.forward_ad._current_level
+
+
+_forward_ad = _ForwardAD()
+
+
+def _refuse_forward_ad(name: str, args) -> None:
+    """Forward-mode AD (dual tensors, torch.func.jvp) has no rule in roofkit's ops: without this
+    check the tangent would silently vanish (a dual tensor does not require grad)."""
+    op = name.split("::")[-1]
+    message = (f"roofkit ({op}): forward-mode AD (dual tensors, torch.func.jvp) is not supported; "
+               "use reverse mode (backward / torch.autograd.grad)")
+    if torch.autograd.forward_ad._current_level >= 0:
+        for a in args:
+            if isinstance(a, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(a).tangent is not None:
+                raise NotImplementedError(message)
+    if _functorch_active():
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+        jvp = torch._C._functorch.TransformType.Jvp
+        if any(i.key() == jvp for i in retrieve_all_functorch_interpreters()):
+            raise NotImplementedError(message)
 _tracing = getattr(torch._C, "_get_tracing_state", lambda: None)
 
 

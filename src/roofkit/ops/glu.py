@@ -76,12 +76,6 @@ def glu_cost(case, dtype: torch.dtype) -> Cost:
 
 
 @triton.jit
-def _tanh(x):
-    # 1 - 2 / (exp(2x) + 1): exact at both ends (exp overflows to inf: 1; underflows to 0: -1).
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
-
-
-@triton.jit
 def _act_and_grad(g, ACT: tl.constexpr, GRAD: tl.constexpr):
     """(act(g), act'(g)) in float32; act'(g) is 0 unless GRAD."""
     if ACT == 0:  # silu, as torch writes it: g / (1 + exp(-g)) (silu(-inf) = NaN, silu(+inf) = +inf)
@@ -92,11 +86,12 @@ def _act_and_grad(g, ACT: tl.constexpr, GRAD: tl.constexpr):
         cdf = 0.5 * (1.0 + tl.math.erf(g * 0.7071067811865476))
         a = g * cdf
         d = cdf + g * tl.exp(-0.5 * g * g) * 0.3989422804014327 if GRAD else cdf
-    else:  # tanh approximation
-        inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-        t = _tanh(inner)
-        a = 0.5 * g * (1.0 + t)
-        d = 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * g * g) if GRAD else t
+    else:  # tanh approximation, as 0.5 * (1 + tanh(u)) = sigmoid(2u): no cancellation where tanh(u) ~ -1
+        u2 = 1.5957691216057308 * (g + 0.044715 * g * g * g)
+        s = 1.0 / (1.0 + tl.exp(-u2))
+        a = g * s
+        # d/dg: s + g * s * (1 - s) * 2u'(g), 1 - tanh^2 = 4 s (1 - s)
+        d = s + g * s * (1.0 - s) * 1.5957691216057308 * (1.0 + 0.134145 * g * g) if GRAD else s
     return a, d
 
 

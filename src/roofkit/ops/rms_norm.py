@@ -667,11 +667,13 @@ def _add_rms_norm_bwd(dy: torch.Tensor, rout: torch.Tensor, weight: torch.Tensor
 
 
 def _add_setup_context(ctx, inputs, output):
-    _, _, weight, _ = inputs
+    x, residual, weight, _ = inputs
     _, rout, rstd = output
     ctx.has_weight = weight is not None
     ctx.save_for_backward(rout, weight, rstd)
     ctx.mark_non_differentiable(rstd)
+    if not (x.requires_grad or residual.requires_grad):  # as input + residual: no graph of its own
+        ctx.mark_non_differentiable(rout)
 
 
 def _add_backward(ctx, grad_y, grad_rout, grad_rstd):

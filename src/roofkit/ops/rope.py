@@ -19,6 +19,8 @@ Source: Su et al., "RoFormer" (2021); transformers' ``apply_rotary_pos_emb``.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import triton
 import triton.language as tl
@@ -240,8 +242,9 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
         check_tensor(op, name, t)
     for name, t in (("k", k), ("cos", cos), ("sin", sin)):
         check_same_device(op, name, t, q)
-    if isinstance(unsqueeze_dim, bool) or unsqueeze_dim not in (1, 2):
-        raise ValueError(f"roofkit.{op}: unsqueeze_dim must be 1 or 2, got {unsqueeze_dim!r}")
+    if isinstance(unsqueeze_dim, bool) or not isinstance(unsqueeze_dim, numbers.Integral) or unsqueeze_dim not in (1, 2):
+        raise ValueError(f"roofkit.{op}: unsqueeze_dim must be the int 1 or 2, got {unsqueeze_dim!r}")
+    unsqueeze_dim = int(unsqueeze_dim)
     if k.dtype != q.dtype:
         raise TypeError(f"roofkit.{op}: k dtype {k.dtype} differs from q dtype {q.dtype}")
     if cos.dtype != sin.dtype or cos.dtype not in (q.dtype, torch.float32):
@@ -257,7 +260,8 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          f"k {tuple(k.shape)} (unsqueeze_dim={unsqueeze_dim})")
     for name, t in (("cos", cos), ("sin", sin)):
         if t.shape[1:] != (s, d) or t.shape[0] not in (1, b):
-            raise ValueError(f"roofkit.{op}: {name} must have shape ({b} or 1, {s}, {d}); got {tuple(t.shape)}")
+            batch = f"{b} or 1" if b != 1 else "1"
+            raise ValueError(f"roofkit.{op}: {name} must have shape ({batch}, {s}, {d}); got {tuple(t.shape)}")
     if d % 2:
         raise ValueError(f"roofkit.{op}: the head size D must be even (two halves rotate), got {d}")
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
