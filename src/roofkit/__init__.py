@@ -6,7 +6,8 @@ and compact (its (values, count) form without a host sync); matmul and linear (G
 fused epilogue); quantize, dequantize, int8_matmul and scaled_mm (fp8);
 scaled_dot_product_attention and flash_attention (exact attention); swiglu and geglu (the gated
 products of LLM MLPs), add_rms_norm (the residual add fused into the norm), rope (rotary
-position embedding of q and k in one launch).
+position embedding of q and k in one launch), linear_cross_entropy (the vocabulary projection and
+its loss without the full logits).
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
 
 The ops are imported on first use, so a program (or the CLI) can set TRITON_INTERPRET=1 after
@@ -17,7 +18,7 @@ __version__ = "0.1.0"
 _OPS = ("softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "sum", "mean", "amax", "transpose", "embedding_bag", "scatter_add",
         "index_add", "masked_select", "compact", "matmul", "linear",
         "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention",
-        "swiglu", "geglu", "add_rms_norm", "rope")
+        "swiglu", "geglu", "add_rms_norm", "rope", "linear_cross_entropy")
 __all__ = [*_OPS, "__version__"]
 
 

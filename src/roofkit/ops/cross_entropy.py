@@ -734,8 +734,9 @@ def _empty_result(x: torch.Tensor, target: torch.Tensor, ignore_index: int, redu
 
 
 def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str, label_smoothing: float,
-                           write_grad: bool, config: Config | None = None):
-    """(loss, gradient or None) of 2-D logits ``x`` (M, C) and 1-D ``target`` (M,)."""
+                           write_grad: bool, config: Config | None = None, loss_dtype: torch.dtype | None = None):
+    """(loss, gradient or None) of 2-D logits ``x`` (M, C) and 1-D ``target`` (M,); the loss in
+    ``loss_dtype`` (default: x's, as torch)."""
     m, c = x.shape
     if m == 0 or c == 0:
         return _empty_result(x, target, ignore_index, reduction, label_smoothing, write_grad)
@@ -761,7 +762,7 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
     )(target, w, scal, info if check else scal, count if split else scal, m, c, target.stride(0), ignore_index, m + 1)
     checked = _IndexCheck(info)
 
-    loss_rows = torch.empty((m,), dtype=x.dtype if none else torch.float32, device=dev)
+    loss_rows = torch.empty((m,), dtype=(loss_dtype or x.dtype) if none else torch.float32, device=dev)
     grad = torch.empty((m, c), dtype=x.dtype, device=dev) if write_grad else None
     g = grad if write_grad else loss_rows  # never written without WRITE_GRAD
     use_int64 = needs_int64(c * x.stride(1), c)
@@ -794,9 +795,9 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
     if none:
         loss = loss_rows
     else:
-        loss = torch.empty((), dtype=x.dtype, device=dev)
+        loss = torch.empty((), dtype=loss_dtype or x.dtype, device=dev)
         cached_launch(
-            _LAUNCHES, _cross_entropy_reduce_kernel, 1, MEAN=mean, OUT_RNE=bf16_rne(x.dtype), BLOCK=1024, num_warps=4,
+            _LAUNCHES, _cross_entropy_reduce_kernel, 1, MEAN=mean, OUT_RNE=bf16_rne(loss.dtype), BLOCK=1024, num_warps=4,
         )(loss_rows, scal, loss, m)
     checked.raise_if_bad(target, c, ignore_index)
     return loss, grad

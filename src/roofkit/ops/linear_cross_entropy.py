@@ -1,0 +1,334 @@
+"""linear_cross_entropy: cross_entropy(linear(input, linear_weight, linear_bias), target) without
+ever holding the (N, V) logits.
+
+The tokens are taken in chunks of ``chunk_rows``: each chunk's logits are made by roofkit's GEMM,
+reduced to its losses by roofkit's cross-entropy kernel, and dropped. The backward makes them
+again, chunk by chunk: the cross-entropy kernel writes the chunk's logit gradient in the same pass
+as its losses, scaled by the output's gradient (and 1 / the summed target weights for "mean"),
+then two GEMMs give the chunk's input gradient and add its share of the weight gradient (float32
+accumulator). Peak memory above the inputs, weights and gradients: two chunks of logits (logits
+and their gradient) plus the float32 weight-gradient accumulator and its per-chunk update.
+
+Version 1 recomputes the logits in the backward (4 GEMMs of N x H x V per step, against 3 when the
+forward also writes the gradients, as Liger does): correct for every reduction, including
+"none", whose gradient depends on the output's gradient row by row.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+from ..harness import baselines
+from ..harness.spec import Cost, Inputs, OpSpec, case
+from ._common import FLOAT_DTYPES, cdiv, check_same_device, check_tensor
+from ._runtime import Op, planned
+from .cross_entropy import _cross_entropy_forward, _scale_grad, cross_entropy_reference
+from .matmul import linear, matmul
+
+# Tokens per chunk: ceil(N / CHUNKS), at least MIN_CHUNK_ROWS (tests lower it to cross chunks).
+CHUNKS = 32
+MIN_CHUNK_ROWS = 256
+_NO_IGNORE = -(2**62)  # ignore_index=None: no class index is ignored (none is this negative)
+
+
+# ----------------------------------------------------------------------------- reference, cost
+
+
+def linear_cross_entropy_reference(input, linear_weight, target, *, linear_bias=None, weight=None,
+                                   reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    """In float64: cross_entropy(input @ linear_weight.T + linear_bias, target, ...)."""
+    logits = F.linear(input.to(torch.float64), linear_weight.to(torch.float64),
+                      None if linear_bias is None else linear_bias.to(torch.float64))
+    return cross_entropy_reference(logits, target, None if weight is None else weight.to(torch.float64),
+                                   _NO_IGNORE if ignore_index is None else ignore_index, reduction, label_smoothing)
+
+
+def linear_cross_entropy_torch(input, linear_weight, target, *, linear_bias=None, weight=None,
+                               reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    """The unfused torch sequence (full logits), loss in float32 as roofkit returns it."""
+    logits = F.linear(input, linear_weight, linear_bias)
+    return F.cross_entropy(logits, target, weight=weight, reduction=reduction,
+                           ignore_index=_NO_IGNORE if ignore_index is None else ignore_index,
+                           label_smoothing=label_smoothing).float()
+
+
+def linear_cross_entropy_cost(c, dtype: torch.dtype) -> Cost:
+    """The unfused minimum: 2 N H V FLOP forward, 6 N H V forward + backward (the backward's
+    recompute of the logits is not counted); bytes: input and weight, plus their gradients."""
+    n, h, v = c["N"], c["H"], c["V"]
+    size = torch.empty((), dtype=dtype).element_size()
+    if c.get("mode", "fwd") == "fwd_bwd":
+        return Cost(flops=6 * n * h * v, bytes=2 * (n * h + v * h) * size)
+    return Cost(flops=2 * n * h * v, bytes=(n * h + v * h) * size)
+
+
+# ----------------------------------------------------------------------------- host functions
+
+
+def _chunk_rows(n: int) -> int:
+    return max(MIN_CHUNK_ROWS, cdiv(n, CHUNKS))
+
+
+def _denominator(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
+    """The summed weights of the targets not ignored (float32, on the device: no sync)."""
+    valid = target != ignore_index
+    if weight is None:
+        return valid.sum(dtype=torch.float32)
+    # (out-of-range targets are the cross-entropy kernel's to report; never an index out of bounds here)
+    inside = valid & (target >= 0) & (target < weight.shape[0])
+    w = weight.float()[torch.where(inside, target, 0)]
+    return torch.where(inside, w, 0.0).sum()
+
+
+def _lce_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
+             weight: torch.Tensor | None, ignore_index: int, reduction: str, label_smoothing: float) -> torch.Tensor:
+    n = x.shape[0]
+    none = reduction == "none"
+    rows = torch.empty((n,), dtype=torch.float32, device=x.device) if none else None
+    total = torch.zeros((), dtype=torch.float32, device=x.device)
+    step = _chunk_rows(n)
+    for start in range(0, n, step):
+        xs, ts = x[start:start + step], target[start:start + step]
+        logits = linear(xs, w, b)
+        loss, _ = _cross_entropy_forward(logits, ts, weight, ignore_index, "none" if none else "sum",
+                                         label_smoothing, False, loss_dtype=torch.float32)
+        if none:
+            rows[start:start + step] = loss
+        else:
+            total += loss.float()
+    if none:
+        return rows
+    if reduction == "mean":
+        return total / _denominator(target, weight, ignore_index)  # 0 / 0: NaN, as torch
+    return total
+
+
+def _lce_fwd_fake(x, w, b, target, weight, ignore_index, reduction, label_smoothing):
+    return x.new_empty((x.shape[0],) if reduction == "none" else (), dtype=torch.float32)
+
+
+def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
+             weight: torch.Tensor | None, ignore_index: int, reduction: str,
+             label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n, v = x.shape[0], w.shape[0]
+    none = reduction == "none"
+    if none:
+        scale = grad.float()
+    elif reduction == "mean":
+        den = _denominator(target, weight, ignore_index)
+        scale = torch.where(den > 0, grad.float() / den, torch.zeros_like(den))  # all ignored: zero gradients
+    else:
+        scale = grad.float().reshape(())
+    dx = torch.empty_like(x)
+    dw32 = torch.zeros(w.shape, dtype=torch.float32, device=x.device)
+    db32 = torch.zeros((v,), dtype=torch.float32, device=x.device)
+    step = _chunk_rows(n)
+    for start in range(0, n, step):
+        xs, ts = x[start:start + step], target[start:start + step]
+        logits = linear(xs, w, b)
+        _, g = _cross_entropy_forward(logits, ts, weight, ignore_index, "none" if none else "sum", label_smoothing,
+                                      True)
+        del logits
+        _scale_grad(g, scale[start:start + step] if none else scale)
+        dx[start:start + step] = matmul(g, w)
+        dw32 += matmul(g.t(), xs, out_dtype=torch.float32)  # (roofkit.matmul takes no float32 c with 16-bit inputs)
+        if b is not None:
+            db32 += g.sum(0, dtype=torch.float32)
+    db = db32.to(b.dtype) if b is not None else torch.empty((0,), dtype=x.dtype, device=x.device)
+    return dx, dw32.to(w.dtype), db
+
+
+def _lce_bwd_fake(grad, x, w, b, target, weight, ignore_index, reduction, label_smoothing):
+    db = x.new_empty((w.shape[0],) if b is not None else (0,), dtype=b.dtype if b is not None else x.dtype)
+    return torch.empty_like(x), torch.empty_like(w), db
+
+
+def _setup_context(ctx, inputs, output):
+    x, w, b, target, weight, ignore_index, reduction, label_smoothing = inputs
+    ctx.args = (ignore_index, reduction, label_smoothing)
+    ctx.has_bias = b is not None
+    ctx.save_for_backward(x, w, b, target, weight)
+
+
+def _backward(ctx, grad):
+    x, w, b, target, weight = ctx.saved_tensors
+    dx, dw, db = _lce_bwd_op(grad.contiguous(), x, w, b, target, weight, *ctx.args)
+    return dx, dw, (db if ctx.has_bias else None), None, None, None, None, None
+
+
+_lce_bwd_op = Op("roofkit::linear_cross_entropy_bwd", _lce_bwd, _lce_bwd_fake)
+_lce_fwd_op = Op("roofkit::linear_cross_entropy_fwd", _lce_fwd, _lce_fwd_fake).autograd(_setup_context, _backward)
+
+
+# ----------------------------------------------------------------------------- public function
+
+
+@planned
+def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, *,
+                         linear_bias: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+                         reduction: str = "mean", ignore_index: int | None = -100,
+                         label_smoothing: float = 0.0) -> torch.Tensor:
+    """``cross_entropy(linear(input, linear_weight, linear_bias), target, ...)`` without the full
+    logits: the signature of ``torch.nn.functional.linear_cross_entropy`` (torch 2.13).
+
+    Args:
+        input: (N, H) or (..., H) float32 / float16 / bfloat16 hidden states, on CUDA (or on CPU
+            with TRITON_INTERPRET=1).
+        linear_weight: (V, H) of the input's dtype; linear_bias: optional (V,).
+        target: int64 class indices of input's leading shape.
+        weight, reduction, ignore_index, label_smoothing: as :func:`roofkit.cross_entropy`;
+            ``ignore_index=None`` ignores no index (torch's default for this function is None;
+            roofkit's, as cross_entropy's, is -100).
+    Returns:
+        The loss in float32: 0-d for "mean" / "sum", the target's shape for "none".
+    Raises:
+        TypeError / ValueError naming the op and the argument for wrong dtypes, shapes, devices,
+        reduction or label_smoothing; IndexError for targets out of range (as cross_entropy).
+    Numerics:
+        GEMMs accumulate in float32 and round the logits to the input dtype, as the unfused
+        sequence does; cross-entropy statistics in float32; the weight gradient is accumulated over
+        chunks in float32 and rounded once. "mean" with every target ignored is NaN (gradients 0).
+        First order only.
+    Cost:
+        Forward 2 N H V FLOP; backward 6 N H V (the logits are made again). Memory above the
+        operands and gradients: two chunks of logits, ceil(N / CHUNKS) rows each (at least
+        MIN_CHUNK_ROWS), and the float32 weight-gradient accumulator.
+    Source:
+        Wijmans et al., "Cut Your Losses in Large-Vocabulary Language Models" (2024); Liger-Kernel's
+        fused linear cross-entropy (chunking over tokens).
+    """
+    op = "linear_cross_entropy"
+    check_tensor(op, "input", input)
+    check_tensor(op, "linear_weight", linear_weight)
+    check_same_device(op, "linear_weight", linear_weight, input)
+    if linear_weight.dtype != input.dtype:
+        raise TypeError(f"roofkit.{op}: linear_weight dtype {linear_weight.dtype} differs from input dtype {input.dtype}")
+    if input.dim() < 1 or linear_weight.dim() != 2 or linear_weight.shape[1] != input.shape[-1]:
+        raise ValueError(f"roofkit.{op}: input (..., H) and linear_weight (V, H) must share H; got "
+                         f"{tuple(input.shape)} and {tuple(linear_weight.shape)}")
+    v = linear_weight.shape[0]
+    if linear_bias is not None:
+        check_tensor(op, "linear_bias", linear_bias)
+        check_same_device(op, "linear_bias", linear_bias, input)
+        if linear_bias.dtype != input.dtype or tuple(linear_bias.shape) != (v,):
+            raise ValueError(f"roofkit.{op}: linear_bias must be ({v},) of the input's dtype; got "
+                             f"{tuple(linear_bias.shape)} {linear_bias.dtype}")
+    if not isinstance(target, torch.Tensor) or target.dtype != torch.int64:
+        raise TypeError(f"roofkit.{op}: target must be an int64 tensor of class indices")
+    check_same_device(op, "target", target, input)
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise ValueError(f"roofkit.{op}: target must have input's leading shape {tuple(input.shape[:-1])}; got "
+                         f"{tuple(target.shape)}")
+    if weight is not None:
+        check_tensor(op, "weight", weight)
+        check_same_device(op, "weight", weight, input)
+        if weight.dtype != input.dtype or tuple(weight.shape) != (v,):
+            raise ValueError(f"roofkit.{op}: weight must be ({v},) of the input's dtype; got "
+                             f"{tuple(weight.shape)} {weight.dtype}")
+    if not isinstance(reduction, str) or reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"roofkit.{op}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    if ignore_index is None:
+        ignore_index = _NO_IGNORE
+    elif isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"roofkit.{op}: ignore_index must be an int or None, got {type(ignore_index).__name__}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) \
+            or not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError(f"roofkit.{op}: label_smoothing must be a real number in [0, 1], got {label_smoothing!r}")
+    lead = target.shape
+    x = input.reshape(-1, input.shape[-1])
+    loss = _lce_fwd_op.apply(x, linear_weight.contiguous(), linear_bias, target.reshape(-1),
+                             weight, int(ignore_index), reduction, float(label_smoothing))
+    return loss.reshape(lead) if reduction == "none" else loss
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def _make_inputs(c, dtype, generator, device) -> Inputs:
+    n, h, v = c["N"], c["H"], c["V"]
+    gdev = generator.device
+    x = torch.randn((n, h), generator=generator, device=gdev).to(device=device, dtype=dtype)
+    w = (torch.randn((v, h), generator=generator, device=gdev) * (c.get("scale", 1.0) / math.sqrt(h))).to(
+        device=device, dtype=dtype)
+    t = torch.randint(0, max(v, 1), (n,), generator=generator, device=gdev).to(device)
+    if c.get("ignore_frac"):
+        drop = torch.rand((n,), generator=generator, device=gdev).to(device) < c["ignore_frac"]
+        t = torch.where(drop, torch.full_like(t, -100), t)
+    kwargs = {}
+    if c.get("bias"):
+        kwargs["linear_bias"] = torch.randn((v,), generator=generator, device=gdev).to(device=device, dtype=dtype)
+    if c.get("weight"):
+        kwargs["weight"] = (0.5 + torch.rand((v,), generator=generator, device=gdev)).to(device=device, dtype=dtype)
+    for k in ("reduction", "label_smoothing"):
+        if c.get(k) is not None:
+            kwargs[k] = c.get(k)
+    return Inputs((x, w, t), kwargs)
+
+
+def _c(name, tags=(), **kw):
+    kw["shape"] = (kw["N"], kw["H"], kw["V"])
+    return case(name, list(tags), **kw)
+
+
+_F32, _BF16 = (torch.float32,), (torch.bfloat16,)
+
+CASES = [
+    _c("tiny_3x8x5", ["quick"], N=3, H=8, V=5),
+    _c("bias_weight_smooth_9x16x33", N=9, H=16, V=33, bias=True, weight=True, label_smoothing=0.1),
+    _c("sum_ignored_12x16x40", N=12, H=16, V=40, reduction="sum", ignore_frac=0.3),
+    _c("none_7x8x17", N=7, H=8, V=17, reduction="none", bias=True),
+    _c("all_ignored_4x8x9", N=4, H=8, V=9, ignore_frac=1.0, dtypes=_F32),
+    _c("peaked_logits_6x16x24", N=6, H=16, V=24, scale=30.0, dtypes=_F32),
+    _c("empty_0x8x5", ["quick"], N=0, H=8, V=5),
+    _c("gpu_4096x4096x32000", ["gpu"], N=4096, H=4096, V=32000, dtypes=_BF16),
+    _c("gpu_fp32_777x256x5003", ["gpu"], N=777, H=256, V=5003, bias=True, weight=True, label_smoothing=0.1,
+       dtypes=_F32),
+]
+
+SUITES = {
+    "llama3-8b": [_c("tokens_8192_vocab_128256_fwd_bwd", N=8192, H=4096, V=128256, dtypes=_BF16, mode="fwd_bwd"),
+                  _c("tokens_8192_vocab_128256", N=8192, H=4096, V=128256, dtypes=_BF16)],
+    "qwen2-7b": [_c("tokens_8192_vocab_152064_fwd_bwd", N=8192, H=3584, V=152064, dtypes=_BF16, mode="fwd_bwd")],
+    "host": [_c("tokens_8_vocab_32000", N=8, H=4096, V=32000, dtypes=_BF16),
+             _c("tokens_8_vocab_32000_fwd_bwd", N=8, H=4096, V=32000, dtypes=_BF16, mode="fwd_bwd")],
+}
+
+
+def _liger():
+    try:
+        from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+    except ImportError:
+        return None
+
+    def run(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean", ignore_index=-100,
+            label_smoothing=0.0):
+        out = LigerFusedLinearCrossEntropyFunction.apply(input, linear_weight, target, linear_bias, weight,
+                                                         ignore_index, 0.0, label_smoothing, reduction)
+        return (out[0] if isinstance(out, tuple) else out).float()
+
+    return run
+
+
+SPEC = OpSpec(
+    name="linear_cross_entropy",
+    impl=linear_cross_entropy,
+    reference=linear_cross_entropy_reference,
+    torch_impl=linear_cross_entropy_torch,
+    make_inputs=_make_inputs,
+    cost=linear_cross_entropy_cost,
+    reduction_length=lambda c: max(c["H"], c["V"]),
+    dtypes=FLOAT_DTYPES,
+    cases=CASES,
+    suites=SUITES,
+    baselines={"torch": lambda: linear_cross_entropy_torch,
+               "torch.compile": baselines.compiled(linear_cross_entropy_torch), "liger": _liger},
+    grad_args=(0, 1),
+    matrix=True,
+    marker="cross_entropy",
+)
+
+SPECS = (SPEC,)
