@@ -93,3 +93,41 @@ def test_compiles_fullgraph_with_backward(device):
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(gx, gx2, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(gw, gw2, rtol=1e-4, atol=1e-6)
+
+
+def test_class_weight_any_layout_and_sign(device, monkeypatch):
+    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 4)
+    monkeypatch.setattr(lce, "CHUNKS", 3)
+    x, w, _, t, _ = _inputs(device)
+    x.requires_grad_()
+    for cw in (torch.rand(2 * w.shape[0]).to(device)[::2],  # strided
+               torch.full((1,), 2.0, device=device).expand(w.shape[0]),  # zero stride
+               -torch.rand(w.shape[0]).to(device)):  # negative: the mean divides by a negative sum
+        loss = roofkit.linear_cross_entropy(x, w, t, weight=cw)
+        (gx,) = torch.autograd.grad(loss, x)
+        x64 = x.detach().double().requires_grad_()
+        ref = F.cross_entropy(F.linear(x64, w.double()), t, weight=cw.double())
+        (gref,) = torch.autograd.grad(ref, x64)
+        torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(gx.double(), gref, rtol=1e-4, atol=1e-6)
+    with pytest.raises(RuntimeError, match=r"roofkit\.linear_cross_entropy: the class weight is not differentiable"):
+        roofkit.linear_cross_entropy(x, w, t, weight=torch.rand(w.shape[0], device=device, requires_grad=True))
+
+
+def test_out_of_range_target_is_reported_by_this_op_at_its_position(device, monkeypatch):
+    if device.type != "cpu":
+        pytest.skip("on a GPU the targets are not read back (ROOFKIT_CE_CHECK_TARGETS=1 checks them)")
+    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 3)
+    monkeypatch.setattr(lce, "CHUNKS", 3)
+    x, w, _, t, _ = _inputs(device, n=9)
+    t = t.clamp(min=0)
+    t[7] = 99
+    with pytest.raises(IndexError, match=r"roofkit\.linear_cross_entropy: .* position 7: 99"):
+        roofkit.linear_cross_entropy(x, w, t)
+
+
+def test_zero_hidden_size(device):
+    x, w, b, t, _ = _inputs(device, n=4)
+    t = t.clamp(min=0)
+    got = roofkit.linear_cross_entropy(x[:, :0], w[:, :0], t, linear_bias=b)
+    torch.testing.assert_close(got, F.cross_entropy(b.expand(4, -1), t), rtol=1e-5, atol=1e-6)

@@ -26,7 +26,7 @@ from ..harness import baselines
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import FLOAT_DTYPES, cdiv, check_same_device, check_tensor
 from ._runtime import Op, planned
-from .cross_entropy import _cross_entropy_forward, _scale_grad, cross_entropy_reference
+from .cross_entropy import _checks_targets, _cross_entropy_forward, _scale_grad, cross_entropy_reference
 from .matmul import linear, matmul
 
 # Tokens per chunk: ceil(N / CHUNKS), at least MIN_CHUNK_ROWS (tests lower it to cross chunks).
@@ -119,8 +119,12 @@ def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
     if none:
         scale = grad.float()
     elif reduction == "mean":
+        # grad / summed target weights (any sign; 0 with targets left: NaN, as torch), and zero
+        # gradients when every target is ignored (nothing contributes, as in torch)
         den = _denominator(target, weight, ignore_index)
-        scale = torch.where(den > 0, grad.float() / den, torch.zeros_like(den))  # all ignored: zero gradients
+        left = (target != ignore_index).any()
+        scale = torch.where(left, grad.float() / den, torch.zeros_like(den))
+        scale = torch.where(left & (den == 0), torch.full_like(den, math.nan), scale)
     else:
         scale = grad.float().reshape(())
     dx = torch.empty_like(x)
@@ -229,18 +233,36 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
         if weight.dtype != input.dtype or tuple(weight.shape) != (v,):
             raise ValueError(f"roofkit.{op}: weight must be ({v},) of the input's dtype; got "
                              f"{tuple(weight.shape)} {weight.dtype}")
+        if weight.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(f"roofkit.{op}: the class weight is not differentiable (as in torch); pass "
+                               "weight.detach()")
+        weight = weight.contiguous()  # (the cross-entropy kernel reads it with unit stride)
     if not isinstance(reduction, str) or reduction not in ("none", "mean", "sum"):
         raise ValueError(f"roofkit.{op}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     if ignore_index is None:
         ignore_index = _NO_IGNORE
     elif isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
         raise TypeError(f"roofkit.{op}: ignore_index must be an int or None, got {type(ignore_index).__name__}")
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) \
-            or not 0.0 <= float(label_smoothing) <= 1.0:
+    elif not -(2**63) < ignore_index < 2**63:
+        raise ValueError(f"roofkit.{op}: ignore_index must fit int64, got {ignore_index}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real):
+        raise TypeError(f"roofkit.{op}: label_smoothing must be a real number, got {type(label_smoothing).__name__}")
+    if not 0.0 <= float(label_smoothing) <= 1.0:
         raise ValueError(f"roofkit.{op}: label_smoothing must be a real number in [0, 1], got {label_smoothing!r}")
     lead = target.shape
-    x = input.reshape(-1, input.shape[-1])
-    loss = _lce_fwd_op.apply(x, linear_weight.contiguous(), linear_bias, target.reshape(-1),
+    x = input.reshape(target.numel(), input.shape[-1])  # (-1 cannot be inferred when H is 0)
+    flat_t = target.reshape(-1)
+    if flat_t.numel() and not torch.compiler.is_compiling() and _checks_targets(input.device):
+        # Checked here, over all tokens, where the cross-entropy kernel checks them (on CPU, or on a
+        # GPU with ROOFKIT_CE_CHECK_TARGETS=1): its check would name cross_entropy and a position
+        # inside one chunk.
+        bad = ((flat_t < 0) | (flat_t >= v)) & (flat_t != ignore_index)
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0, 0])
+            raise IndexError(f"roofkit.{op}: target must hold class indices in [0, {v}) or ignore_index "
+                             f"({ignore_index}); {int(bad.sum())} do not, the first at (flattened) position {first}: "
+                             f"{int(flat_t[first])}")
+    loss = _lce_fwd_op.apply(x, linear_weight.contiguous(), linear_bias, flat_t,
                              weight, int(ignore_index), reduction, float(label_smoothing))
     return loss.reshape(lead) if reduction == "none" else loss
 
