@@ -66,7 +66,7 @@ def test_replay_matches_the_call_on_new_values(name, device):
     # The first call records; the next ones replay on other values of the same key and must give
     # what the op, unplanned, gives on those values (bit for bit: the same kernels run).
     fn = getattr(roofkit, name)
-    for seed in range(4):  # the first call runs as written, the second records, the others replay
+    for seed in range(3):  # the first call runs as written, the second records, the third replays
         args, kwargs = _to(device, _CALLS[name](torch.Generator().manual_seed(seed)))
         got = fn(*args, **kwargs)
         want = _unplanned(fn, *args, **kwargs)
