@@ -205,11 +205,11 @@ def fast_path_ok(*tensors) -> bool:
             and not (_REC[0] and _recording_frame() is not None))  # a recorder must see the launches
 
 
-def needs_grad(*tensors) -> bool:
-    """Whether autograd must record a call on these tensors (any may be None)."""
+def needs_grad(*args) -> bool:
+    """Whether autograd must record a call on these arguments (tensors or anything else)."""
     if not torch.is_grad_enabled():
         return False
-    return any(t is not None and t.requires_grad for t in tensors)
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 
 LAUNCH_CACHE_LIMIT = 4096  # Launch objects kept per module before its cache starts over
@@ -346,21 +346,22 @@ class Op:
 
     def apply(self, *args):
         """Differentiable call: the autograd Function when a gradient can flow, else ``op(*args)``."""
-        if _forward_ad.current_level >= 0 or _functorch_active():
+        if _forward_ad._current_level >= 0:  # dual tensors are plain: the direct path would drop them
             _refuse_forward_ad(self.name, args)
         if not _direct(args):
+            if _functorch_active():  # torch.func.jvp reaches the custom op, which has no forward rule
+                _refuse_forward_ad(self.name, args)
             return self.custom(*args)
         if _REC[0] and _recording_frame() is not None:
             return _record_op(self, args, True)
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        if needs_grad(*args):
             return self._function.apply(None, *args)
         return self._run(args)
 
     def _replay(self, args, plan, differentiable: bool):
         """A public plan's call of this op: ``apply`` (``differentiable``) or ``op(*args)``,
         with the forward's plan known."""
-        if differentiable and torch.is_grad_enabled() and any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        if differentiable and needs_grad(*args):
             return self._function.apply(plan, *args)
         out = self._run(args, plan)
         for i in self._mutated:
@@ -376,16 +377,8 @@ _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
-class _ForwardAD:
-    """torch.autograd.forward_ad's current level (-1: no dual level open), read without an import
-    per call."""
-
-    @property
-    def current_level(self) -> int:
-        return torch.autograd.forward_ad._current_level
-
-
-_forward_ad = _ForwardAD()
+# torch.autograd.forward_ad: its module-level _current_level is -1 while no dual level is open.
+_forward_ad = torch.autograd.forward_ad
 
 
 def _refuse_forward_ad(name: str, args) -> None:
@@ -394,9 +387,9 @@ def _refuse_forward_ad(name: str, args) -> None:
     op = name.split("::")[-1]
     message = (f"roofkit ({op}): forward-mode AD (dual tensors, torch.func.jvp) is not supported; "
                "use reverse mode (backward / torch.autograd.grad)")
-    if torch.autograd.forward_ad._current_level >= 0:
+    if _forward_ad._current_level >= 0:
         for a in args:
-            if isinstance(a, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(a).tangent is not None:
+            if isinstance(a, torch.Tensor) and _forward_ad.unpack_dual(a).tangent is not None:
                 raise NotImplementedError(message)
     if _functorch_active():
         from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
@@ -717,9 +710,10 @@ class _Frame:
         return tuple(new)
 
 
-def _template(frame: _Frame, args, launch: bool = True) -> tuple[list, tuple]:
+def _template(frame: _Frame, args, launch: bool | None = True) -> tuple[list, tuple]:
     """``args`` (a flat sequence) as a list to copy per replay, and the (position, environment
-    index) pairs to fill in."""
+    index) pairs to fill in. The other values must be a launch's scalars (``launch``), or an op's
+    scalars and tuples of them (``launch=False``); None: anything (a dispatched operation's)."""
     tmpl = list(args)
     slots = []
     for p, a in enumerate(args):
@@ -728,6 +722,8 @@ def _template(frame: _Frame, args, launch: bool = True) -> tuple[list, tuple]:
             if j is not None:
                 slots.append((p, j))
                 tmpl[p] = None
+        elif launch is None:
+            continue
         elif launch and not isinstance(a, _LAUNCH_SCALARS):
             raise _Refused(f"a launch argument of type {type(a).__name__}")
         elif not launch:
@@ -875,14 +871,12 @@ def _record_op(op: "Op", args, differentiable: bool):
     if frame.depth or frame.refused:
         frame.depth += 1
         try:
-            if differentiable and torch.is_grad_enabled() and any(
-                    isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            if differentiable and needs_grad(*args):
                 return op._function.apply(None, *args)
             return op._run(args)
         finally:
             frame.depth -= 1
-    grad = differentiable and torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    grad = differentiable and needs_grad(*args)
     frame.depth += 1
     try:
         out = op._replay(args, None, differentiable)
@@ -960,15 +954,7 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
         if isinstance(t, torch.Tensor) and t.device != frame.device:
             raise _Refused(f"{func} moves a tensor to {t.device}")
     flat, spec = _pytree.tree_flatten((args, kwargs))
-    tmpl = list(flat)
-    slots = []
-    for p, a in enumerate(flat):
-        if isinstance(a, torch.Tensor):
-            j = frame.slot(a)
-            if j is not None:
-                slots.append((p, j))
-                tmpl[p] = None
-    slots = tuple(slots)
+    tmpl, slots = _template(frame, flat, launch=None)
     uses = tuple(j for _, j in slots)
     if (func is _aten.detach.default and len(slots) == 1 and slots[0][1] in frame.fresh
             and isinstance(out, torch.Tensor) and not out.requires_grad):

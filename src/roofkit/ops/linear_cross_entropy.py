@@ -171,6 +171,14 @@ _lce_fwd_op = Op("roofkit::linear_cross_entropy_fwd", _lce_fwd, _lce_fwd_fake).a
 # ----------------------------------------------------------------------------- public function
 
 
+def _check_per_class(op: str, name: str, t, v: int, input: torch.Tensor) -> None:
+    """A (V,) tensor of the input's dtype on its device, or an error naming ``op`` and ``name``."""
+    check_tensor(op, name, t)
+    check_same_device(op, name, t, input)
+    if t.dtype != input.dtype or tuple(t.shape) != (v,):
+        raise ValueError(f"roofkit.{op}: {name} must be ({v},) of the input's dtype; got {tuple(t.shape)} {t.dtype}")
+
+
 @planned
 def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, *,
                          linear_bias: torch.Tensor | None = None, weight: torch.Tensor | None = None,
@@ -216,11 +224,7 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
                          f"{tuple(input.shape)} and {tuple(linear_weight.shape)}")
     v = linear_weight.shape[0]
     if linear_bias is not None:
-        check_tensor(op, "linear_bias", linear_bias)
-        check_same_device(op, "linear_bias", linear_bias, input)
-        if linear_bias.dtype != input.dtype or tuple(linear_bias.shape) != (v,):
-            raise ValueError(f"roofkit.{op}: linear_bias must be ({v},) of the input's dtype; got "
-                             f"{tuple(linear_bias.shape)} {linear_bias.dtype}")
+        _check_per_class(op, "linear_bias", linear_bias, v, input)
     if not isinstance(target, torch.Tensor) or target.dtype != torch.int64:
         raise TypeError(f"roofkit.{op}: target must be an int64 tensor of class indices")
     check_same_device(op, "target", target, input)
@@ -228,11 +232,7 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
         raise ValueError(f"roofkit.{op}: target must have input's leading shape {tuple(input.shape[:-1])}; got "
                          f"{tuple(target.shape)}")
     if weight is not None:
-        check_tensor(op, "weight", weight)
-        check_same_device(op, "weight", weight, input)
-        if weight.dtype != input.dtype or tuple(weight.shape) != (v,):
-            raise ValueError(f"roofkit.{op}: weight must be ({v},) of the input's dtype; got "
-                             f"{tuple(weight.shape)} {weight.dtype}")
+        _check_per_class(op, "weight", weight, v, input)
         if weight.requires_grad and torch.is_grad_enabled():
             raise RuntimeError(f"roofkit.{op}: the class weight is not differentiable (as in torch); pass "
                                "weight.detach()")
