@@ -26,7 +26,7 @@ from .record import Record
 from .roofline import place
 from .spec import Case, Inputs, OpSpec
 from .timing import host_time_providers, time_providers
-from .verify import _grad_targets, _with_grad, check_outputs, reference_outputs, run_outputs
+from .verify import _bitwise_equal, _grad_outputs, _grad_targets, _with_grad, check_outputs, reference_outputs, run_outputs
 
 ROOFKIT = "roofkit"
 TORCH = "torch"
@@ -74,14 +74,21 @@ def provider_callables(spec: OpSpec, wanted: Sequence[str] | None) -> tuple[dict
     return fns, skipped
 
 
-def _timed_call(fn: Callable, inputs: Inputs, grad_pos: Sequence[int], dy: torch.Tensor | None,
+def _timed_call(fn: Callable, inputs: Inputs, grad_pos: Sequence[int], dys: Sequence[tuple[int, torch.Tensor]],
                 mode: str = "fwd") -> Callable[[], object]:
     """A zero-argument closure doing one forward (``mode="fwd"``), one forward and one backward
-    (``"fwd_bwd"``), or one backward through a graph built once outside the closure (``"bwd"``)."""
+    through every floating output, ``dys`` giving (output position, gradient) (``"fwd_bwd"``), or
+    one backward through a graph built once outside the closure (``"bwd"``)."""
     if not grad_pos:
         return lambda: fn(*inputs.args, **inputs.kwargs)
     inp = _with_grad(inputs, grad_pos)
     targets = [t for _, t in _grad_targets(inp, grad_pos)]
+
+    def pairs(out):
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        chosen = [(outs[i], dy) for i, dy in dys if outs[i].requires_grad]
+        return [o for o, _ in chosen], [dy for _, dy in chosen]
+
     if mode == "bwd":
         # torch.compile donates the saved buffers of a compiled backward to its outputs unless
         # told otherwise, which forbids replaying it (retain_graph); it is a memory optimization,
@@ -89,16 +96,32 @@ def _timed_call(fn: Callable, inputs: Inputs, grad_pos: Sequence[int], dy: torch
         import torch._functorch.config as functorch_config
 
         functorch_config.donated_buffer = False
-        out = fn(*inp.args, **inp.kwargs)
-        out0 = out[0] if isinstance(out, (tuple, list)) else out
-        return lambda: torch.autograd.grad(out0, targets, dy, retain_graph=True)
+        outs, grads = pairs(fn(*inp.args, **inp.kwargs))
+        return lambda: torch.autograd.grad(outs, targets, grads, retain_graph=True)
 
     def call():
-        out = fn(*inp.args, **inp.kwargs)
-        out0 = out[0] if isinstance(out, (tuple, list)) else out
-        return torch.autograd.grad(out0, targets, dy)
+        outs, grads = pairs(fn(*inp.args, **inp.kwargs))
+        return torch.autograd.grad(outs, targets, grads)
 
     return call
+
+
+def _tensor_inputs(inputs: Inputs, mutates: Sequence[int]) -> dict:
+    """The input tensors an op must leave unchanged: position (or keyword) -> tensor."""
+    found = {i: a for i, a in enumerate(inputs.args) if isinstance(a, torch.Tensor) and i not in mutates}
+    found.update({k: a for k, a in inputs.kwargs.items() if isinstance(a, torch.Tensor)})
+    return found
+
+
+def _restore_changed(live: dict, pristine: dict) -> list:
+    """Which inputs differ (bitwise) from their pristine copies; each is copied back."""
+    changed = []
+    for key, t in live.items():
+        if not _bitwise_equal(t.detach(), pristine[key]):
+            changed.append(key)
+            with torch.no_grad():
+                t.copy_(pristine[key])
+    return changed
 
 
 def _describe_shape(case: Case) -> str:
@@ -136,13 +159,15 @@ def bench_case(
     grad_pos = spec.grad_args if mode in ("fwd_bwd", "bwd") else ()
     dy_fill = case.get("grad_output", "normal")
     expected, refs = reference_outputs(spec, inputs, grad_pos, BENCH_SEED, dy_fill)
-    dy = None
+    dys = []
     if grad_pos:
-        out0 = expected[0][1]
-        g = make_generator(BENCH_SEED + 1, device)
-        dy = torch.randn(out0.shape, generator=g, device=device, dtype=torch.float32).to(out0.dtype)
-        if dy_fill == "ones":
-            dy = torch.ones_like(dy)
+        outs = [v for n, v in expected if n.startswith("out")]
+        dys = _grad_outputs(outs, BENCH_SEED + 1, None, "contiguous", dy_fill)
+    # A provider that writes into its inputs (rule 5) is reported, and the inputs are put back
+    # before anyone else runs; it is timed on copies of its own.
+    live = _tensor_inputs(inputs, spec.mutates)
+    pristine = {k: t.detach().clone() for k, t in live.items()}
+    writers = {}
 
     def verify(fn) -> tuple[bool, float, float, str]:
         got = run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=True, dy_fill=dy_fill)
@@ -158,11 +183,21 @@ def bench_case(
         try:
             run_outputs(fn, inputs, grad_pos, BENCH_SEED, poison=False, dy_fill=dy_fill)  # compile / autotune outside the checks
             verdicts[name] = verify(fn)
-            call = _timed_call(fn, inputs, grad_pos, dy, mode)
+            _sync(device)
+            changed = _restore_changed(live, pristine)
+            call = _timed_call(fn, inputs.map(lambda t: t.detach().clone()) if changed else inputs, grad_pos, dys, mode)
             call()  # the timed closure itself must run (a "bwd" replay, for one)
+            _sync(device)
+            if not changed:
+                changed = _restore_changed(live, pristine)
+                if changed:
+                    call = _timed_call(fn, inputs.map(lambda t: t.detach().clone()), grad_pos, dys, mode)
+            if changed:
+                writers[name] = changed
         except Exception as exc:  # a provider that cannot run this case is recorded, not hidden
             records[name] = Record(provider=name, status=f"error: {type(exc).__name__}: {str(exc)[:200]}", **base)
             _sync(device)
+            _restore_changed(live, pristine)
             continue
         timed[name] = call
 
@@ -179,11 +214,17 @@ def bench_case(
     else:
         timings = time_providers(timed, device=device, l2=l2, graph=graph, rep_ms=rep_ms)
     cost = spec.cost(case, dtype) if host is None else None
+    _restore_changed(live, pristine)
     for name, t in timings.items():
         ok, err, budget, detail = verdicts[name]
         ok_after, _, _, detail_after = verify(fns[name])  # re-verified after the timing loop
+        _sync(device)
+        writers.setdefault(name, _restore_changed(live, pristine))
         if not ok_after:
             ok, detail = False, f"after timing: {detail_after}"
+        if writers[name]:
+            ok = False
+            detail = f"writes into its input(s) {', '.join(map(str, writers[name]))} (timed on copies); {detail}"
         if host is not None:
             graphed = not math.isnan(t.graph_us)
             records[name] = Record(

@@ -352,6 +352,23 @@ def _grad_targets(inputs: Inputs, positions: Sequence[int]) -> list[tuple[int, t
     return [(i, inputs.args[i]) for i in positions if isinstance(inputs.args[i], torch.Tensor)]
 
 
+def _grad_outputs(outs, seed: int, dy_dtype, dy_layout: str, dy_fill: str) -> list[tuple[int, torch.Tensor]]:
+    """(position, grad_output) for every floating output: drawn in float32 from ``seed + position``,
+    rounded to ``dy_dtype`` (one dtype, or one per output; default the output's), cast to the
+    output's dtype and laid out as ``dy_layout``."""
+    dys = []
+    for i, o in enumerate(outs):
+        if not (isinstance(o, torch.Tensor) and o.is_floating_point()):
+            continue
+        g = make_generator(seed + i, o.device)
+        dy = torch.randn(o.shape, generator=g, device=o.device, dtype=torch.float32)
+        if dy_fill == "ones":
+            dy = torch.ones_like(dy)
+        rounded = dy_dtype[i] if isinstance(dy_dtype, (list, tuple)) else dy_dtype
+        dys.append((i, with_layout(dy.to(rounded or o.dtype).to(o.dtype), dy_layout)))
+    return dys
+
+
 def run_outputs(
     fn: Callable,
     inputs: Inputs,
@@ -365,8 +382,10 @@ def run_outputs(
 ):
     """Call ``fn`` and, if asked, backpropagate a seeded random gradient.
 
-    The gradient is drawn in float32, rounded to ``dy_dtype`` (default: the output's dtype), cast
-    to the output's dtype and laid out as ``dy_layout`` (``dy_fill="ones"``: all ones, as
+    Every floating output is backpropagated at once, each with its own gradient: drawn in float32
+    (seeded by ``grad_out_seed`` plus the output's position), rounded to ``dy_dtype`` (one dtype
+    or one per output; default: the output's dtype), cast to the output's dtype and laid out as
+    ``dy_layout`` (``dy_fill="ones"``: all ones, as
     ``loss.backward()`` gives a scalar loss), so the float64 reference sees exactly the
     values the implementation sees. Returns (name, tensor) snapshots taken on the current stream
     right after each call, before any synchronization, so work still running elsewhere is caught.
@@ -386,21 +405,20 @@ def run_outputs(
         if raw is not None:
             raw.extend(o for o in outs if isinstance(o, torch.Tensor))
         if targets:
-            out0 = outs[0]
-            g = make_generator(grad_out_seed, out0.device)
-            dy = torch.randn(out0.shape, generator=g, device=out0.device, dtype=torch.float32)
-            if dy_fill == "ones":
-                dy = torch.ones_like(dy)
-            dy = with_layout(dy.to(dy_dtype or out0.dtype).to(out0.dtype), dy_layout)
-            dy_before = dy.clone()
-            if isinstance(out0, torch.Tensor) and out0.requires_grad:
-                grads = torch.autograd.grad(out0, [t for _, t in targets], dy, allow_unused=True)
-            else:  # the output does not depend on the inputs through autograd
+            # every floating output is differentiated, each with its own seeded gradient (the
+            # first with grad_out_seed itself)
+            dys = _grad_outputs(outs, grad_out_seed, dy_dtype, dy_layout, dy_fill)
+            dys_before = [dy.clone() for _, dy in dys]
+            pairs = [(outs[i], dy) for i, dy in dys if outs[i].requires_grad]
+            if pairs:
+                grads = torch.autograd.grad([o for o, _ in pairs], [t for _, t in targets], [dy for _, dy in pairs],
+                                            allow_unused=True)
+            else:  # no output depends on the inputs through autograd
                 grads = [None] * len(targets)
             for (i, _), gr in zip(targets, grads):
                 snap = gr.detach().clone() if gr is not None else None
                 results.append((f"grad[{i}]", snap))
-            if not _bitwise_equal(dy, dy_before):
+            if not all(_bitwise_equal(dy, before) for (_, dy), before in zip(dys, dys_before)):
                 results.append(("grad_output modified", True))
     return results
 
@@ -459,7 +477,8 @@ def reference_outputs(spec: OpSpec, inputs: Inputs, grad_pos: Sequence[int], gra
     expected = run_outputs(spec.torch_impl, inputs.map(lambda t: t.detach().clone()), grad_pos, grad_seed,
                            poison=False, dy_fill=dy_fill)
     ref_inputs = inputs.map(lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach())
-    refs = run_outputs(spec.reference, ref_inputs, grad_pos, grad_seed, poison=False, dy_dtype=expected[0][1].dtype,
+    dy_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for n, v in expected if n.startswith("out")]
+    refs = run_outputs(spec.reference, ref_inputs, grad_pos, grad_seed, poison=False, dy_dtype=dy_dtypes,
                        dy_fill=dy_fill)
     return expected, refs
 
