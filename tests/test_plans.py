@@ -331,3 +331,35 @@ def test_user_level_effects_replay_as_written(device):
     w.requires_grad_(True)
     through_weight(xd).sum().backward()  # the intermediate now needs a gradient: autograd runs
     assert w.grad is not None
+
+
+def test_recording_and_replay_keep_no_temporary_alive_longer_than_the_call_as_written():
+    """A chunk loop's temporaries (linear_cross_entropy's logits) die at their last use both while
+    a call is recorded and in its replay: a plan never holds a call's intermediates to its end."""
+    import weakref
+
+    alive = []
+
+    @_runtime.planned
+    def chunked(x):
+        out = torch.empty_like(x)
+        for i in range(3):
+            t = x * float(i + 1)  # a temporary per chunk
+            seen = weakref.ref(t)
+            out[i] = t[i]
+            del t
+            alive.append(seen() is not None)
+        return out
+
+    x = torch.randn(3, 5)
+    for _ in range(3):  # as written, recorded, replayed
+        torch.testing.assert_close(chunked(x), x * torch.tensor([1.0, 2.0, 3.0])[:, None])
+    assert alive == [False] * 6  # the replay runs no Python: its frees are checked below
+    plan = _only_plan(chunked)
+    assert isinstance(plan, Plan) and plan.sched is not None, plan
+    freed = [i for _, free in plan.sched for i in free]
+    muls = [k for k, (what, _) in enumerate(plan.described) if "mul" in what]
+    assert len(muls) == 3
+    for k in muls:  # each product is dropped by the step after it, not at the end
+        assert plan.sched[k + 1][1] or plan.sched[k + 2][1], plan.describe()
+    assert len(freed) == len(set(freed)) >= 3

@@ -488,6 +488,7 @@ def _on_device(impl, signature):
 
 import os as _os
 import threading as _threading
+import weakref as _weakref
 
 from torch.utils import _pytree as _pytree
 from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
@@ -607,15 +608,24 @@ _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
 class Plan:
     """A recorded call: ``run(args)`` replays its steps on new arguments of the same key."""
 
-    __slots__ = ("steps", "pad", "out", "described", "consts")
+    __slots__ = ("steps", "pad", "out", "described", "consts", "sched")
 
-    def __init__(self, steps, pad, out, described, consts):
+    def __init__(self, steps, pad, out, described, consts, frees=None):
         self.steps, self.pad, self.out, self.described, self.consts = steps, pad, out, described, consts
+        # frees: per step, the environment entries no later step reads (dropped after it, so a
+        # call's temporaries live no longer than as written); None when all live to the end
+        self.sched = None if frees is None else tuple(zip(steps, frees))
 
     def run(self, args):
         env = [*args, *self.pad]
-        for step in self.steps:
-            step(env)
+        if self.sched is None:
+            for step in self.steps:
+                step(env)
+        else:
+            for step, free in self.sched:
+                step(env)
+                for i in free:
+                    env[i] = None
         return self.out(env)
 
     def describe(self, indent: str = "") -> str:
@@ -644,13 +654,16 @@ class _Step:
 
 
 class _Frame:
-    """One call being recorded: its tensors by identity (``id``; every one is kept alive meanwhile
-    so no id is reused), the steps so far, and why it cannot be planned, if it cannot."""
+    """One call being recorded: its tensors by identity (``id``, forgotten when the tensor dies,
+    so a reused id is never mistaken for it: the recording keeps no temporary alive longer than
+    the call as written does), the steps so far, and why it cannot be planned, if it cannot."""
 
     def __init__(self, args):
         self.n_args = len(args)
         self.ids: dict[int, int] = {}
-        self.keep: list = list(args)  # by environment index
+        self.size = len(args)  # environment entries so far
+        self.addr: dict[int, int] = {}  # environment index -> its tensor's address when made
+        self.finalizers: list = []
         self.root: dict[int, tuple[int, int]] = {}  # a view's index -> (its root's index, byte offset)
         self.fresh: set[int] = set()  # indices of tensors a step allocated
         self.consts: list = []
@@ -663,6 +676,7 @@ class _Frame:
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 self.ids.setdefault(id(a), i)
+                self.addr[i] = a.data_ptr()
                 self.arg_storages.add(a.untyped_storage().data_ptr())
                 if self.device is None:
                     self.device = a.device
@@ -688,10 +702,26 @@ class _Frame:
         return self.root.get(i, (i, 0))
 
     def add(self, t) -> int:
-        i = len(self.keep)
-        self.ids[id(t)] = i
-        self.keep.append(t)
+        i = self.size
+        self.size += 1
+        self.addr[i] = t.data_ptr()
+        self.alias(t, i)
         return i
+
+    def alias(self, t, i: int) -> None:
+        """Know tensor ``t`` as environment entry ``i`` while it lives."""
+        self.ids[id(t)] = i
+        self.finalizers.append(_weakref.finalize(t, self._forget, id(t), i))
+
+    def _forget(self, key: int, i: int) -> None:
+        if self.ids.get(key) == i:
+            del self.ids[key]
+
+    def close(self) -> None:
+        """Recording over: no callback outlives it."""
+        for f in self.finalizers:
+            f.detach()
+        self.finalizers.clear()
 
     def outputs(self, out, fresh: bool = False) -> tuple:
         """Register the tensors a step returned; their indices (None: one already known)."""
@@ -960,8 +990,7 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
             and isinstance(out, torch.Tensor) and not out.requires_grad):
         # Recording artefact: the recorder holds a new tensor, so autograd's wrapper detaches
         # a shallow copy of it; the call as written returns the tensor itself.
-        frame.ids[id(out)] = slots[0][1]
-        frame.keep.append(out)
+        frame.alias(out, slots[0][1])
         return
     view = getattr(func, "is_view", False) and isinstance(out, torch.Tensor) and len(slots) >= 1
     if func in _REFUSED_ATEN:
@@ -973,7 +1002,7 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
     put = _setter(new, out)
     if view and new[0] is not None:
         base, off = frame.pointer(slots[0][1])
-        frame.root[new[0]] = (base, off + out.data_ptr() - frame.keep[slots[0][1]].data_ptr())
+        frame.root[new[0]] = (base, off + out.data_ptr() - frame.addr[slots[0][1]])
     size = None
     if func is _aten.empty.memory_format and not slots:
         size, kw = tuple(args[0]), dict(kwargs)
@@ -1137,8 +1166,16 @@ def _record(call: Callable, args):
                     _knobs.runtime.launch_enter_hook.remove(_raw_launch_hook)
             frames.pop()
             _REC[0] -= 1
+    try:
+        return out, _finish(frame, out)
+    finally:
+        frame.close()
+
+
+def _finish(frame: _Frame, out):
+    """The plan of a recorded call (or why there is none)."""
     if frame.refused is not None:
-        return out, Unplanned(frame.refused)
+        return Unplanned(frame.refused)
     try:
         flat, spec = _pytree.tree_flatten(out)
         tmpl = list(flat)
@@ -1151,7 +1188,7 @@ def _record(call: Callable, args):
                 slots.append((p, i))
                 tmpl[p] = None
     except _Refused as e:
-        return out, Unplanned(str(e))
+        return Unplanned(str(e))
     if isinstance(out, torch.Tensor):
         i = slots[0][1]
         result = lambda env: env[i]  # noqa: E731
@@ -1175,7 +1212,27 @@ def _record(call: Callable, args):
     kept.reverse()
     steps = tuple(st.make() for st in kept)
     described = tuple((st.what, st.plan) for st in kept)
-    return out, Plan(steps, (None,) * (len(frame.keep) - frame.n_args), result, described, tuple(frame.consts))
+    return Plan(steps, (None,) * (frame.size - frame.n_args), result, described, tuple(frame.consts),
+                _frees(kept, frame.n_args, {j for _, j in slots}))
+
+
+def _frees(steps, n_args: int, results: set) -> list | None:
+    """Per step, the temporaries (not arguments, not results) no later step reads; None when
+    dropping them early would free nothing before the call's end."""
+    last = {}
+    for k, st in enumerate(steps):
+        for j in st.outs:
+            if j is not None:
+                last.setdefault(j, k)
+        for j in st.uses:
+            last[j] = k
+    frees = [[] for _ in steps]
+    for j, k in last.items():
+        if j >= n_args and j not in results:
+            frees[k].append(j)
+    if not any(frees[:-1]):
+        return None
+    return [tuple(f) for f in frees]
 
 
 def planned(fn: Callable) -> Callable:
