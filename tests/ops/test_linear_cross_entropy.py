@@ -131,3 +131,20 @@ def test_zero_hidden_size(device):
     t = t.clamp(min=0)
     got = roofkit.linear_cross_entropy(x[:, :0], w[:, :0], t, linear_bias=b)
     torch.testing.assert_close(got, F.cross_entropy(b.expand(4, -1), t), rtol=1e-5, atol=1e-6)
+
+
+def test_frozen_weight_and_a_second_backward(device, monkeypatch):
+    """A frozen output layer (LoRA) gets no weight gradient and costs none; the gradients are
+    made in the forward and scaled in place, so a second backward of one forward is refused."""
+    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 4)
+    monkeypatch.setattr(lce, "CHUNKS", 3)
+    x, w, b, t, _ = _inputs(device)
+    x.requires_grad_()
+    loss = roofkit.linear_cross_entropy(x, w, t, linear_bias=b)
+    loss.backward(torch.tensor(0.5, device=device), retain_graph=True)
+    x64 = x.detach().double().requires_grad_()
+    want, = torch.autograd.grad(F.cross_entropy(F.linear(x64, w.double(), b.double()), t) * 0.5, [x64])
+    torch.testing.assert_close(x.grad.double(), want, rtol=1e-4, atol=1e-6)
+    assert w.grad is None
+    with pytest.raises(RuntimeError, match="linear_cross_entropy.*once per forward"):
+        loss.backward()

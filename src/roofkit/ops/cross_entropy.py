@@ -734,9 +734,12 @@ def _empty_result(x: torch.Tensor, target: torch.Tensor, ignore_index: int, redu
 
 
 def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str, label_smoothing: float,
-                           write_grad: bool, config: Config | None = None, loss_dtype: torch.dtype | None = None):
+                           write_grad: bool, config: Config | None = None, loss_dtype: torch.dtype | None = None,
+                           grad_into: torch.Tensor | None = None):
     """(loss, gradient or None) of 2-D logits ``x`` (M, C) and 1-D ``target`` (M,); the loss in
-    ``loss_dtype`` (default: x's, as torch)."""
+    ``loss_dtype`` (default: x's, as torch). ``grad_into``: where the gradient goes, ``x`` itself
+    allowed (every kernel reads a logit for the last time in the program that writes its
+    gradient, after the row's statistics)."""
     m, c = x.shape
     if m == 0 or c == 0:
         return _empty_result(x, target, ignore_index, reduction, label_smoothing, write_grad)
@@ -763,7 +766,7 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
     checked = _IndexCheck(info)
 
     loss_rows = torch.empty((m,), dtype=(loss_dtype or x.dtype) if none else torch.float32, device=dev)
-    grad = torch.empty((m, c), dtype=x.dtype, device=dev) if write_grad else None
+    grad = (grad_into if grad_into is not None else torch.empty((m, c), dtype=x.dtype, device=dev)) if write_grad else None
     g = grad if write_grad else loss_rows  # never written without WRITE_GRAD
     use_int64 = needs_int64(c * x.stride(1), c)
     common = dict(

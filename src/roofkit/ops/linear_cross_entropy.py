@@ -1,17 +1,19 @@
 """linear_cross_entropy: cross_entropy(linear(input, linear_weight, linear_bias), target) without
 ever holding the (N, V) logits.
 
-The tokens are taken in chunks of ``chunk_rows``: each chunk's logits are made by roofkit's GEMM,
-reduced to its losses by roofkit's cross-entropy kernel, and dropped. The backward makes them
-again, chunk by chunk: the cross-entropy kernel writes the chunk's logit gradient in the same pass
-as its losses, scaled by the output's gradient (and 1 / the summed target weights for "mean"),
-then two GEMMs give the chunk's input gradient and add its share of the weight gradient (float32
-accumulator). Peak memory above the inputs, weights and gradients: two chunks of logits (logits
-and their gradient) plus the float32 weight-gradient accumulator and its per-chunk update.
+The tokens are taken in chunks (``_chunk_rows``: about CHUNK_BYTES of logits, at least CHUNKS
+chunks). When a gradient is wanted and the loss is reduced ("mean" / "sum"), each chunk makes its
+logits with roofkit's GEMM, the cross-entropy kernel turns them in place into the chunk's losses
+and logit gradient (of the summed loss), and two more GEMMs give the chunk's rows of the input
+gradient and add its share of the weight gradient, in place, into a buffer of the weight's dtype:
+three GEMMs of N x H x V per step, as the unfused sequence. The backward only scales the
+gradients by the output's gradient (and 1 / the summed target weights for "mean"), in place.
+"none" (whose gradient depends on the output's gradient row by row) and calls that need no
+gradient compute the losses only; "none"'s backward makes each chunk's logits again.
 
-Version 1 recomputes the logits in the backward (4 GEMMs of N x H x V per step, against 3 when the
-forward also writes the gradients, as Liger does): correct for every reduction, including
-"none", whose gradient depends on the output's gradient row by row.
+Memory above the operands and their gradients: one chunk of logits (and a GEMM's split-K
+workspace). The weight gradient is accumulated over the chunks in the weight's dtype (a float32
+accumulator would be twice the size of the weight itself), each chunk's GEMM adding in float32.
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ import torch.nn.functional as F
 from ..harness import baselines
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import FLOAT_DTYPES, cdiv, check_same_device, check_tensor
-from ._runtime import Op, planned
+from ._runtime import Op, needs_grad, planned
 from .cross_entropy import _checks_targets, _cross_entropy_forward, _scale_grad, cross_entropy_reference
-from .matmul import linear, matmul
+from .matmul import _matmul_into, linear
 
-# Tokens per chunk: ceil(N / CHUNKS), at least MIN_CHUNK_ROWS (tests lower it to cross chunks).
-CHUNKS = 32
-MIN_CHUNK_ROWS = 256
+# Tokens per chunk: CHUNK_BYTES of logits or ceil(N / CHUNKS) rows, whichever is fewer (a multiple
+# of 64), at least MIN_CHUNK_ROWS (tests lower it to cross chunks).
+CHUNK_BYTES = 256 << 20
+CHUNKS = 8
+MIN_CHUNK_ROWS = 128
 _NO_IGNORE = -(2**62)  # ignore_index=None: no class index is ignored (none is this negative)
 
 
@@ -69,8 +73,11 @@ def linear_cross_entropy_cost(c, dtype: torch.dtype) -> Cost:
 # ----------------------------------------------------------------------------- host functions
 
 
-def _chunk_rows(n: int) -> int:
-    return max(MIN_CHUNK_ROWS, cdiv(n, CHUNKS))
+def _chunk_rows(n: int, v: int, esize: int) -> int:
+    rows = min(CHUNK_BYTES // max(1, v * esize), cdiv(n, CHUNKS))
+    if rows >= 64:
+        rows -= rows % 64
+    return max(MIN_CHUNK_ROWS, rows)
 
 
 def _denominator(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
@@ -85,83 +92,148 @@ def _denominator(target: torch.Tensor, weight: torch.Tensor | None, ignore_index
 
 
 def _lce_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
-             weight: torch.Tensor | None, ignore_index: int, reduction: str, label_smoothing: float) -> torch.Tensor:
-    n = x.shape[0]
+             weight: torch.Tensor | None, ignore_index: int, reduction: str, label_smoothing: float,
+             with_grads: bool, grad_input: bool, grad_weight: bool
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, dx, dw, db): the loss and, ``with_grads`` ("mean" / "sum" only), the gradients of
+    the summed loss, those of input and linear_weight only if ``grad_input`` / ``grad_weight``
+    (a frozen output layer skips its weight-gradient GEMM; empty tensors otherwise)."""
+    n, v = x.shape[0], w.shape[0]
     none = reduction == "none"
     rows = torch.empty((n,), dtype=torch.float32, device=x.device) if none else None
     total = torch.zeros((), dtype=torch.float32, device=x.device)
-    step = _chunk_rows(n)
+    nothing = x.new_empty((0,))
+    dx = dw = db32 = nothing
+    if with_grads:
+        dx = torch.empty_like(x) if grad_input else nothing
+        dw = (torch.zeros_like(w) if n == 0 else torch.empty_like(w)) if grad_weight else nothing
+        db32 = torch.zeros((v,), dtype=torch.float32, device=x.device) if b is not None else nothing
+    step = _chunk_rows(n, v, x.element_size())
     for start in range(0, n, step):
         xs, ts = x[start:start + step], target[start:start + step]
         logits = linear(xs, w, b)
-        loss, _ = _cross_entropy_forward(logits, ts, weight, ignore_index, "none" if none else "sum",
-                                         label_smoothing, False, loss_dtype=torch.float32)
+        loss = _cross_entropy_forward(logits, ts, weight, ignore_index, "none" if none else "sum",
+                                      label_smoothing, with_grads, loss_dtype=torch.float32,
+                                      grad_into=logits if with_grads else None)[0]
         if none:
             rows[start:start + step] = loss
         else:
-            total += loss.float()
+            total += loss
+        if with_grads:  # logits now hold the chunk's logit gradient
+            if grad_input:
+                _matmul_into(logits, w, dx[start:start + step])
+            if grad_weight:
+                _matmul_into(logits.t(), xs, dw, beta=0.0 if start == 0 else 1.0)
+            if b is not None:
+                db32 += logits.sum(0, dtype=torch.float32)
+        del logits
     if none:
-        return rows
+        return rows, dx, dw, db32
     if reduction == "mean":
-        return total / _denominator(target, weight, ignore_index)  # 0 / 0: NaN, as torch
-    return total
+        total = total / _denominator(target, weight, ignore_index)  # 0 / 0: NaN, as torch
+    return total, dx, dw, db32
 
 
-def _lce_fwd_fake(x, w, b, target, weight, ignore_index, reduction, label_smoothing):
-    return x.new_empty((x.shape[0],) if reduction == "none" else (), dtype=torch.float32)
+def _lce_fwd_fake(x, w, b, target, weight, ignore_index, reduction, label_smoothing, with_grads, grad_input,
+                  grad_weight):
+    loss = x.new_empty((x.shape[0],) if reduction == "none" else (), dtype=torch.float32)
+    nothing = x.new_empty((0,))
+    if not with_grads:
+        return loss, nothing, nothing, nothing
+    db = x.new_empty((w.shape[0],), dtype=torch.float32) if b is not None else nothing
+    return loss, torch.empty_like(x) if grad_input else nothing, torch.empty_like(w) if grad_weight else nothing, db
+
+
+def _grad_scale(grad: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+                reduction: str) -> torch.Tensor:
+    """The factor from the summed loss's gradients to the loss's: grad (0-d), over the summed
+    target weights for "mean" (any sign; 0 with targets left gives NaN, as torch), and zero
+    gradients when every target is ignored (nothing contributes, as in torch)."""
+    if reduction != "mean":
+        return grad.float().reshape(())
+    den = _denominator(target, weight, ignore_index)
+    left = (target != ignore_index).any()
+    scale = torch.where(left, grad.float() / den, torch.zeros_like(den))
+    return torch.where(left & (den == 0), torch.full_like(den, math.nan), scale)
 
 
 def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
-             weight: torch.Tensor | None, ignore_index: int, reduction: str,
-             label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             weight: torch.Tensor | None, ignore_index: int, label_smoothing: float
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """reduction="none"'s backward: each chunk's logits made again, its logit gradient scaled row
+    by row by ``grad``, two GEMMs."""
     n, v = x.shape[0], w.shape[0]
-    none = reduction == "none"
-    if none:
-        scale = grad.float()
-    elif reduction == "mean":
-        # grad / summed target weights (any sign; 0 with targets left: NaN, as torch), and zero
-        # gradients when every target is ignored (nothing contributes, as in torch)
-        den = _denominator(target, weight, ignore_index)
-        left = (target != ignore_index).any()
-        scale = torch.where(left, grad.float() / den, torch.zeros_like(den))
-        scale = torch.where(left & (den == 0), torch.full_like(den, math.nan), scale)
-    else:
-        scale = grad.float().reshape(())
+    scale = grad.float()
     dx = torch.empty_like(x)
-    dw32 = torch.zeros(w.shape, dtype=torch.float32, device=x.device)
+    dw = torch.zeros_like(w) if n == 0 else torch.empty_like(w)
     db32 = torch.zeros((v,), dtype=torch.float32, device=x.device)
-    step = _chunk_rows(n)
+    step = _chunk_rows(n, v, x.element_size())
     for start in range(0, n, step):
         xs, ts = x[start:start + step], target[start:start + step]
         logits = linear(xs, w, b)
-        _, g = _cross_entropy_forward(logits, ts, weight, ignore_index, "none" if none else "sum", label_smoothing,
-                                      True)
-        del logits
-        _scale_grad(g, scale[start:start + step] if none else scale)
-        dx[start:start + step] = matmul(g, w)
-        dw32 += matmul(g.t(), xs, out_dtype=torch.float32)  # (roofkit.matmul takes no float32 c with 16-bit inputs)
+        _cross_entropy_forward(logits, ts, weight, ignore_index, "none", label_smoothing, True, grad_into=logits)
+        _scale_grad(logits, scale[start:start + step])
+        _matmul_into(logits, w, dx[start:start + step])
+        _matmul_into(logits.t(), xs, dw, beta=0.0 if start == 0 else 1.0)
         if b is not None:
-            db32 += g.sum(0, dtype=torch.float32)
+            db32 += logits.sum(0, dtype=torch.float32)
+        del logits
     db = db32.to(b.dtype) if b is not None else torch.empty((0,), dtype=x.dtype, device=x.device)
-    return dx, dw32.to(w.dtype), db
+    return dx, dw, db
 
 
-def _lce_bwd_fake(grad, x, w, b, target, weight, ignore_index, reduction, label_smoothing):
+def _lce_bwd_fake(grad, x, w, b, target, weight, ignore_index, label_smoothing):
     db = x.new_empty((w.shape[0],) if b is not None else (0,), dtype=b.dtype if b is not None else x.dtype)
     return torch.empty_like(x), torch.empty_like(w), db
 
 
 def _setup_context(ctx, inputs, output):
-    x, w, b, target, weight, ignore_index, reduction, label_smoothing = inputs
+    x, w, b, target, weight, ignore_index, reduction, label_smoothing, with_grads, grad_input, grad_weight = inputs
+    ctx.mark_non_differentiable(*output[1:])
     ctx.args = (ignore_index, reduction, label_smoothing)
     ctx.has_bias = b is not None
-    ctx.save_for_backward(x, w, b, target, weight)
+    ctx.bias_dtype = b.dtype if b is not None else None
+    ctx.with_grads = with_grads
+    ctx.which = (grad_input, grad_weight)
+    ctx.grads = None
+    if not with_grads:
+        ctx.save_for_backward(x, w, b, target, weight)
+    elif all(type(t) is torch.Tensor for t in output[1:]):
+        # Eager: the gradients themselves, kept off the saved-tensor list, so the backward can
+        # scale them in place and hand them on (no second copy of a weight-sized tensor).
+        ctx.grads = output[1:]
+        ctx.save_for_backward(target, weight)
+    else:  # traced (torch.compile) or a tensor subclass: saved, scaled out of place
+        ctx.save_for_backward(target, weight, *output[1:])
 
 
-def _backward(ctx, grad):
-    x, w, b, target, weight = ctx.saved_tensors
-    dx, dw, db = _lce_bwd_op(grad.contiguous(), x, w, b, target, weight, *ctx.args)
-    return dx, dw, (db if ctx.has_bias else None), None, None, None, None, None
+def _backward(ctx, grad, *_):
+    ignore_index, reduction, label_smoothing = ctx.args
+    if not ctx.with_grads:
+        x, w, b, target, weight = ctx.saved_tensors
+        if reduction != "none":
+            raise RuntimeError("roofkit (linear_cross_entropy): the forward ran without gradients; call it with "
+                               "gradients enabled")
+        dx, dw, db = _lce_bwd_op(grad.contiguous(), x, w, b, target, weight, ignore_index, label_smoothing)
+        return dx, dw, (db if ctx.has_bias else None), None, None, None, None, None, None, None, None
+    if ctx.grads is None:
+        target, weight, dx, dw, db32 = ctx.saved_tensors
+        scale = _grad_scale(grad, target, weight, ignore_index, reduction)
+        dx, dw = ((t.float() * scale).to(t.dtype) if t.numel() else t for t in (dx, dw))
+    else:
+        if ctx.grads == ():
+            raise RuntimeError("roofkit (linear_cross_entropy): the backward runs once per forward (the gradients "
+                               "are computed in the forward and scaled in place); call the op again instead of "
+                               "using retain_graph=True")
+        (dx, dw, db32), ctx.grads = ctx.grads, ()
+        target, weight = ctx.saved_tensors
+        scale = _grad_scale(grad, target, weight, ignore_index, reduction)
+        for t in (dx, dw):  # float32 products, one rounding
+            if t.dim() == 2:
+                _scale_grad(t, scale)
+    db = (db32 * scale).to(ctx.bias_dtype) if ctx.has_bias else None
+    grad_input, grad_weight = ctx.which
+    return (dx if grad_input else None), (dw if grad_weight else None), db, *([None] * 8)
 
 
 _lce_bwd_op = Op("roofkit::linear_cross_entropy_bwd", _lce_bwd, _lce_bwd_fake)
@@ -262,8 +334,11 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
             raise IndexError(f"roofkit.{op}: target must hold class indices in [0, {v}) or ignore_index "
                              f"({ignore_index}); {int(bad.sum())} do not, the first at (flattened) position {first}: "
                              f"{int(flat_t[first])}")
-    loss = _lce_fwd_op.apply(x, linear_weight.contiguous(), linear_bias, flat_t,
-                             weight, int(ignore_index), reduction, float(label_smoothing))
+    w = linear_weight.contiguous()
+    with_grads = reduction != "none" and needs_grad(x, w, linear_bias)
+    loss = _lce_fwd_op.apply(x, w, linear_bias, flat_t, weight, int(ignore_index), reduction,
+                             float(label_smoothing), with_grads, with_grads and x.requires_grad,
+                             with_grads and w.requires_grad)[0]
     return loss.reshape(lead) if reduction == "none" else loss
 
 
@@ -335,6 +410,21 @@ def _liger():
     return run
 
 
+def _unfused():
+    """roofkit's unfused sequence: roofkit.linear (full logits), roofkit.cross_entropy, and the
+    backward GEMMs of roofkit.linear."""
+    from .cross_entropy import cross_entropy
+
+    def run(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean", ignore_index=-100,
+            label_smoothing=0.0):
+        logits = linear(input, linear_weight, linear_bias)
+        return cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), weight=weight,
+                             reduction=reduction, ignore_index=_NO_IGNORE if ignore_index is None else ignore_index,
+                             label_smoothing=label_smoothing).float().reshape(target.shape if reduction == "none" else ())
+
+    return run
+
+
 SPEC = OpSpec(
     name="linear_cross_entropy",
     impl=linear_cross_entropy,
@@ -347,7 +437,8 @@ SPEC = OpSpec(
     cases=CASES,
     suites=SUITES,
     baselines={"torch": lambda: linear_cross_entropy_torch,
-               "torch.compile": baselines.compiled(linear_cross_entropy_torch), "liger": _liger},
+               "torch.compile": baselines.compiled(linear_cross_entropy_torch), "liger": _liger,
+               "roofkit.unfused": _unfused},
     grad_args=(0, 1),
     matrix=True,
     marker="cross_entropy",

@@ -434,6 +434,25 @@ def _matmul_forward(a, b, c, bias, activation: str | None, alpha: float, beta: f
     return out
 
 
+def _matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, beta: float = 0.0) -> torch.Tensor:
+    """``out = a @ b + beta * out`` in place, 2-D, ``out`` any strides of the kernels' output
+    dtype: a GEMM writing a slice of a larger result, or accumulating into its own output (a
+    chunked weight gradient). With ``beta`` != 0 the K loop is never split (partial sums would
+    race with the read of ``out``); each tile reads its part of ``out`` before writing it."""
+    m, k = a.shape
+    if out.numel() == 0:
+        return out
+    c = out if beta != 0.0 else None
+    if k == 0:
+        return out.mul_(beta) if c is not None else out.zero_()
+    act = ACTIVATIONS[None]
+    cfg = _OVERRIDES[-1][1] if _OVERRIDES else _choose(a, b, c, None, out, 1.0, beta, act)
+    if c is not None and cfg.split_k > 1:
+        cfg = dataclasses.replace(cfg, split_k=1)
+    _launch(cfg, a, b, c, None, out, 1.0, beta, act)
+    return out
+
+
 # ----------------------------------------------------------------------------- custom ops
 
 
