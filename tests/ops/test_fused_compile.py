@@ -33,14 +33,15 @@ for act in (0, 1, 2):
                                         "dgate_ptr": "*bf16", "dup_ptr": "*bf16", "n": "i32"},
                                         {"ACT": act, "BF16_RNE": False, "BLOCK": glu.BLOCK}, glu.NUM_WARPS)))
 rope = importlib.import_module("roofkit.ops.rope")
-names = ["q_ptr", "k_ptr", "cq_ptr", "sq_ptr", "ck_ptr", "sk_ptr", "oq_ptr", "ok_ptr", "rows_q", "rows_k", "blocks_q",
-         "H_q", "H_k", "S", "HALF", "sqb", "sqh", "sqs", "skb", "skh", "sks", "scqb", "scqh", "scqs", "ssqb", "ssqh",
-         "ssqs", "sckb", "sckh", "scks", "sskb", "sskh", "ssks", "soqb", "soqh", "soqs", "sokb", "sokh", "soks"]
-for ones in ([], ["sqb", "scqh"], ["skb", "sks", "S"]):  # arguments Triton specializes as the constant 1
+names = ["q_ptr", "k_ptr", "c_ptr", "s_ptr", "oq_ptr", "ok_ptr", "S", "H_q", "H_k", "HALF", "n_sblk", "n_hg_q", "n_hg",
+         "sqb", "sqh", "sqs", "skb", "skh", "sks", "scb", "scs", "ssb", "sss", "soqb", "soqh", "soqs", "sokb", "sokh",
+         "soks"]
+for ones in ([], ["sqb", "scb"], ["skb", "sks", "S", "n_hg"]):  # arguments Triton specializes as the constant 1
     sig = {n: ("*bf16" if n.endswith("_ptr") and n[0] in "qko" else "*fp32" if n.endswith("_ptr") else "i32")
            for n in names if n not in ones}
     consts = {n: 1 for n in ones}
-    consts.update({"BACKWARD": False, "BF16_RNE": False, "ROWS": rope.ROWS, "BLOCK_H": 64})
+    consts.update({"BACKWARD": False, "BF16_RNE": False, "S_BLOCK": rope.S_BLOCK, "HG": rope.HEADS_PER_PROGRAM,
+                   "BLOCK_H": 64})
     full = {n: sig.get(n, "constexpr") for n in names}
     for n in consts: full[n] = "constexpr"
     k = triton.compile(ASTSource(rope._rope_kernel, full, consts, {}), target=T, options={"num_warps": rope.NUM_WARPS})

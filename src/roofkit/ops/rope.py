@@ -10,9 +10,10 @@ and the backward (the transposed map) is the same pass with the signs of sin mov
 
     d x1 = g1 * c1 + g2 * s2        d x2 = g2 * c2 - g1 * s1
 
-One launch covers q and k: the first programs take q's rows (one row = one head vector of D
-elements at one position), the others k's; any strides (the model passes (B, S, H, D) tensors
-transposed to (B, H, S, D)), cos / sin broadcast over the heads without a copy.
+One launch covers q and k: a program takes a block of positions of one batch row and a group of
+heads of q or of k as one tile, the heads of a position sharing its cos / sin;
+any strides (the model passes (B, S, H, D) tensors transposed to (B, H, S, D)), outputs laid
+out as the operands.
 
 Source: Su et al., "RoFormer" (2021); transformers' ``apply_rotary_pos_emb``.
 """
@@ -27,11 +28,12 @@ import triton.language as tl
 
 from ..harness import baselines
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2
+from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2, sm_count
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
 
-ROWS = 32  # head vectors per program
+S_BLOCK = 4  # positions per program
+HEADS_PER_PROGRAM = 8  # heads of q or k per program (fewer when the grid would be small)
 NUM_WARPS = 4
 
 
@@ -70,21 +72,20 @@ def rope_cost(case, dtype: torch.dtype) -> Cost:
 
 
 @triton.jit
-def _rope_rows(x_ptr, c_ptr, s_ptr, o_ptr, blk, n_rows, H, S, HALF, sxb, sxh, sxs, scb, sch, scs, ssb, ssh, sss,
-               sob, soh, sos, BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, ROWS: tl.constexpr,
+def _rope_tile(x_ptr, o_ptr, c_ptr, s_ptr, b, s0, h0, H, S, HALF, sxh, sxs, soh, sos, scs, sss,
+               BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, S_BLOCK: tl.constexpr, HG: tl.constexpr,
                BLOCK_H: tl.constexpr):
-    """Rows [blk * ROWS, ...) of one operand; row r is (b, h, s) in row-major order of (B, H, S)."""
-    rows = blk.to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    row_mask = rows < n_rows
-    s_idx = rows % S
-    bh = rows // S
-    h_idx = bh % H
-    b_idx = bh // H
+    """HG heads x S_BLOCK positions of one operand as one tile (every load issued at once);
+    x_ptr / o_ptr / c_ptr / s_ptr already at batch row ``b``. The heads of a position share its
+    cos / sin (the same addresses: read from DRAM once)."""
+    r = tl.arange(0, HG * S_BLOCK)
+    h = h0 + (r // S_BLOCK).to(tl.int64)
+    s_idx = s0 + (r % S_BLOCK).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
-    mask = row_mask[:, None] & (cols[None, :] < HALF)
-    x_rows = x_ptr + (b_idx * sxb + h_idx * sxh + s_idx * sxs)[:, None]
-    c_rows = c_ptr + (b_idx * scb + h_idx * sch + s_idx * scs)[:, None]
-    s_rows = s_ptr + (b_idx * ssb + h_idx * ssh + s_idx * sss)[:, None]
+    mask = ((h < H) & (s_idx < S))[:, None] & (cols[None, :] < HALF)
+    x_rows = x_ptr + (h * sxh + s_idx * sxs)[:, None]
+    c_rows = c_ptr + (s_idx * scs)[:, None]
+    s_rows = s_ptr + (s_idx * sss)[:, None]
     x1 = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_rows + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     c1 = tl.load(c_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -97,31 +98,35 @@ def _rope_rows(x_ptr, c_ptr, s_ptr, o_ptr, blk, n_rows, H, S, HALF, sxb, sxh, sx
     else:
         o1 = x1 * c1 - x2 * s1
         o2 = x2 * c2 + x1 * s2
-    o_rows = o_ptr + (b_idx * sob + h_idx * soh + s_idx * sos)[:, None]
+    o_rows = o_ptr + (h * soh + s_idx * sos)[:, None]
     tl.store(o_rows + cols[None, :], _round_for_store(o1, o_ptr, BF16_RNE), mask=mask)
     tl.store(o_rows + HALF + cols[None, :], _round_for_store(o2, o_ptr, BF16_RNE), mask=mask)
 
 
 @triton.jit
 def _rope_kernel(
-    q_ptr, k_ptr, cq_ptr, sq_ptr, ck_ptr, sk_ptr, oq_ptr, ok_ptr,
-    rows_q, rows_k, blocks_q, H_q, H_k, S, HALF,
-    sqb, sqh, sqs, skb, skh, sks,
-    scqb, scqh, scqs, ssqb, ssqh, ssqs, sckb, sckh, scks, sskb, sskh, ssks,
-    soqb, soqh, soqs, sokb, sokh, soks,
-    BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
+    q_ptr, k_ptr, c_ptr, s_ptr, oq_ptr, ok_ptr,
+    S, H_q, H_k, HALF, n_sblk, n_hg_q, n_hg,
+    sqb, sqh, sqs, skb, skh, sks, scb, scs, ssb, sss, soqb, soqh, soqs, sokb, sokh, soks,
+    BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, S_BLOCK: tl.constexpr, HG: tl.constexpr,
+    BLOCK_H: tl.constexpr,
 ):
-    """ROWS head vectors of q (programs < blocks_q) or of k (the others). Every operand, outputs
-    included, is addressed with its own (B, H, S) strides (unit stride along D); cos / sin
-    broadcast over heads by a zero head stride. Each branch calls the row routine with its own
-    operands (no value is merged across the branches: their specializations may differ)."""
+    """S_BLOCK positions of one batch row for a group of HG heads: q's groups first
+    (``n_hg_q`` of them), then k's. Every operand, outputs included, is addressed with its own
+    strides (unit stride along D). Each branch calls the tile routine with its own operands (no
+    value is merged across the branches: their specializations may differ)."""
     pid = tl.program_id(0)
-    if pid < blocks_q:
-        _rope_rows(q_ptr, cq_ptr, sq_ptr, oq_ptr, pid, rows_q, H_q, S, HALF, sqb, sqh, sqs,
-                   scqb, scqh, scqs, ssqb, ssqh, ssqs, soqb, soqh, soqs, BACKWARD, BF16_RNE, ROWS, BLOCK_H)
+    hg = pid % n_hg
+    t = pid // n_hg
+    b = (t // n_sblk).to(tl.int64)
+    s0 = (t % n_sblk).to(tl.int64) * S_BLOCK
+    if hg < n_hg_q:
+        _rope_tile(q_ptr + b * sqb, oq_ptr + b * soqb, c_ptr + b * scb, s_ptr + b * ssb, b, s0, hg.to(tl.int64) * HG,
+                   H_q, S, HALF, sqh, sqs, soqh, soqs, scs, sss, BACKWARD, BF16_RNE, S_BLOCK, HG, BLOCK_H)
     else:
-        _rope_rows(k_ptr, ck_ptr, sk_ptr, ok_ptr, pid - blocks_q, rows_k, H_k, S, HALF, skb, skh, sks,
-                   sckb, sckh, scks, sskb, sskh, ssks, sokb, sokh, soks, BACKWARD, BF16_RNE, ROWS, BLOCK_H)
+        _rope_tile(k_ptr + b * skb, ok_ptr + b * sokb, c_ptr + b * scb, s_ptr + b * ssb, b, s0,
+                   (hg - n_hg_q).to(tl.int64) * HG, H_k, S, HALF, skh, sks, sokh, soks, scs, sss, BACKWARD, BF16_RNE,
+                   S_BLOCK, HG, BLOCK_H)
 
 
 # ----------------------------------------------------------------------------- host launchers
@@ -135,35 +140,38 @@ def _as_bhsd(t: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
     return t if unsqueeze_dim == 1 else t.transpose(1, 2)
 
 
-def _trig_view(t: torch.Tensor, like: torch.Tensor, unsqueeze_dim: int) -> torch.Tensor:
-    """cos / sin unsqueezed as the model does and broadcast to ``like``'s (B, H, S, D) view."""
-    u = t.unsqueeze(unsqueeze_dim)
-    u = u if unsqueeze_dim == 1 else u.transpose(1, 2)
-    return u.expand(like.shape)
+def _grid(b: int, s: int, hq: int, hk: int, device: torch.device) -> tuple[int, int, int, int, int]:
+    """(S_BLOCK, HG, position blocks, q's head groups, all head groups): S_BLOCK positions a
+    program (fewer for a short sequence), HG heads (fewer where the grid would leave SMs idle, as
+    in decoding, or where an operand has fewer heads)."""
+    s_block = min(S_BLOCK, next_pow2(max(s, 1)))
+    n_sblk = cdiv(s, s_block)
+    hg = min(HEADS_PER_PROGRAM, next_pow2(max(hq, hk, 1)))
+    while hg > 1 and b * n_sblk * (cdiv(hq, hg) + cdiv(hk, hg)) < 2 * sm_count(device):
+        hg //= 2
+    return s_block, hg, n_sblk, cdiv(hq, hg), cdiv(hq, hg) + cdiv(hk, hg)
 
 
 def _rope(q, k, cos, sin, unsqueeze_dim: int, backward: bool, out_dtype: torch.dtype):
-    """The launch: outputs of ``out_dtype``, contiguous in the caller's layout, every operand seen
-    as a (B, H, S, D) view (unit stride along D: operands with another last stride are copied
-    first)."""
-    oq = torch.empty(q.shape, dtype=out_dtype, device=q.device)
-    ok = torch.empty(k.shape, dtype=out_dtype, device=k.device)
+    """The launch: outputs of ``out_dtype`` laid out as the operands are (as torch's expression
+    gives them), every operand seen as a (B, H, S, D) view (unit stride along D: operands with
+    another last stride are copied first)."""
     q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
     cos, sin = (t if t.stride(-1) == 1 else t.contiguous() for t in (cos, sin))
+    oq = torch.empty_like(q, dtype=out_dtype)
+    ok = torch.empty_like(k, dtype=out_dtype)
     qv, kv, oqv, okv = (_as_bhsd(t, unsqueeze_dim) for t in (q, k, oq, ok))
-    rows_q = qv.numel() // qv.shape[-1] if qv.numel() else 0
-    rows_k = kv.numel() // kv.shape[-1] if kv.numel() else 0
-    blocks_q, blocks_k = cdiv(rows_q, ROWS), cdiv(rows_k, ROWS)
-    if blocks_q + blocks_k == 0:
+    b, hq, s, d = qv.shape
+    hk = kv.shape[1]
+    if qv.numel() + kv.numel() == 0:
         return oq, ok
-    cq, sq = _trig_view(cos, qv, unsqueeze_dim), _trig_view(sin, qv, unsqueeze_dim)
-    ck, sk = _trig_view(cos, kv, unsqueeze_dim), _trig_view(sin, kv, unsqueeze_dim)
-    half = qv.shape[-1] // 2
+    s_block, hg, n_sblk, n_hg_q, n_hg = _grid(b, s, hq, hk, q.device)
     cached_launch(
-        _LAUNCHES, _rope_kernel, blocks_q + blocks_k,
-        BACKWARD=backward, BF16_RNE=bf16_rne(out_dtype), ROWS=ROWS, BLOCK_H=next_pow2(max(half, 1)), num_warps=NUM_WARPS,
-    )(qv, kv, cq, sq, ck, sk, oqv, okv, rows_q, rows_k, blocks_q, qv.shape[1], kv.shape[1], qv.shape[2], half,
-      *qv.stride()[:3], *kv.stride()[:3], *cq.stride()[:3], *sq.stride()[:3], *ck.stride()[:3], *sk.stride()[:3],
+        _LAUNCHES, _rope_kernel, b * n_sblk * n_hg,
+        BACKWARD=backward, BF16_RNE=bf16_rne(out_dtype), S_BLOCK=s_block, HG=hg, BLOCK_H=next_pow2(max(d // 2, 1)),
+        num_warps=NUM_WARPS,
+    )(qv, kv, cos, sin, oqv, okv, s, hq, hk, d // 2, n_sblk, n_hg_q, n_hg,
+      *qv.stride()[:3], *kv.stride()[:3], cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
       *oqv.stride()[:3], *okv.stride()[:3])
     return oq, ok
 
@@ -219,8 +227,9 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
             broadcast), in q's dtype or float32, any strides.
         unsqueeze_dim: 1 or 2, where cos / sin gain the head dimension, as in transformers.
     Returns:
-        (q_embed, k_embed), contiguous tensors of q's and k's shapes, in the dtype torch's
-        ``q * cos`` gives (q's; float32 for 16-bit q with float32 cos / sin).
+        (q_embed, k_embed) of q's and k's shapes and layouts (as torch's expression: a
+        transposed q gives a transposed q_embed), in the dtype torch's ``q * cos`` gives (q's;
+        float32 for 16-bit q with float32 cos / sin).
     Raises:
         TypeError: not float32 / float16 / bfloat16 tensors; k's dtype not q's; cos / sin neither
             q's dtype nor float32, or of different dtypes.
