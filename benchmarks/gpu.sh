@@ -9,6 +9,8 @@
 # decode:   benchmarks/hf_decode.py: HF Llama (Llama-3-8B layer shapes, $LAYERS layers) decoding
 #           one token at a time, eager against roofkit's RMSNorm and attention
 # host:     roofkit bench --suite host (wall time per call and CUDA-graph replay, roofkit and torch)
+# bench:    roofkit bench $OPS --suite ${SUITE:-llama3-8b} with every installed provider
+# sanitize: compute-sanitizer memcheck and racecheck on the small cases of $OPS
 # regress:  llama3-8b attention, rms_norm and matmul rows with the sources in $BASE (default
 #           scratch/base/src) and with these, then `roofkit report` of the two
 set -uo pipefail
@@ -33,6 +35,12 @@ for step in "$@"; do
              --out "$R/bench-host" > "$R/bench-host.txt" 2>&1; echo "rc=$?"; tail -40 "$R/bench-host.txt" | cut -c1-200 ;;
     decode) timeout ${T:-300} python3 benchmarks/hf_decode.py --layers ${LAYERS:-4} --json "$R/hf-decode.json" \
              > "$R/hf-decode.txt" 2>&1; echo "rc=$?"; tail -5 "$R/hf-decode.txt" | cut -c1-300 ;;
+    bench) timeout ${T:-400} python3 -m roofkit.cli bench ${OPS:-} --suite ${SUITE:-llama3-8b} \
+             --out "$R/bench-${SUITE:-llama3-8b}" > "$R/bench-${SUITE:-llama3-8b}.txt" 2>&1; echo "rc=$?"
+           tail -60 "$R/bench-${SUITE:-llama3-8b}.txt" | cut -c1-220 ;;
+    sanitize) for tool in memcheck racecheck; do
+             timeout ${T:-150} compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_registry.py \
+               ${OPS:-} > "$R/sanitizer-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -8 "$R/sanitizer-$tool.txt"; done ;;
     regress) BASE=${BASE:-$PWD/scratch/base/src}
            for side in before after; do
              src=$PWD/src; [ $side = before ] && src=$BASE

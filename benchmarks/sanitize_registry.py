@@ -77,10 +77,11 @@ def run(ops: list[str]) -> None:
                     if isinstance(args[i], torch.Tensor) and args[i].is_floating_point():
                         args[i] = args[i].detach().requires_grad_(True)
                 out = spec.impl(*args, **inputs.kwargs)
-                first = out[0] if isinstance(out, (tuple, list)) else out
+                outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+                        if isinstance(o, torch.Tensor) and o.requires_grad and o.numel()]
                 leaves = [args[i] for i in spec.grad_args if isinstance(args[i], torch.Tensor) and args[i].requires_grad]
-                if leaves and first.requires_grad and first.numel():
-                    torch.autograd.grad(first, leaves, torch.randn_like(first), allow_unused=True)
+                if leaves and outs:
+                    torch.autograd.grad(outs, leaves, [torch.randn_like(o) for o in outs], allow_unused=True)
                 calls += 1
         if spec.name == "cross_entropy" and "smem_ce" in os.environ.get("ROOFKIT_SANITIZE_FORCE", "") \
                 and device.type == "cuda":
