@@ -60,6 +60,17 @@ def linear_cross_entropy_torch(input, linear_weight, target, *, linear_bias=None
                            label_smoothing=label_smoothing).float()
 
 
+def _torch_float32_loss(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean",
+                        ignore_index=-100, label_smoothing=0.0):
+    """The error budget's torch: logits from torch's GEMM in the input dtype, the loss computed in
+    float32 from them, as roofkit returns it (torch's loss in a 16-bit dtype, rounded once more,
+    can land near the exact value by luck: a scalar's budget would then be that luck)."""
+    logits = F.linear(input, linear_weight, linear_bias)
+    return F.cross_entropy(logits.float(), target, weight=None if weight is None else weight.float(),
+                           reduction=reduction, ignore_index=_NO_IGNORE if ignore_index is None else ignore_index,
+                           label_smoothing=label_smoothing)
+
+
 def linear_cross_entropy_cost(c, dtype: torch.dtype) -> Cost:
     """The unfused minimum: 2 N H V FLOP forward, 6 N H V forward + backward (the backward's
     recompute of the logits is not counted); bytes: input and weight, plus their gradients."""
@@ -275,13 +286,17 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
         reduction or label_smoothing; IndexError for targets out of range (as cross_entropy).
     Numerics:
         GEMMs accumulate in float32 and round the logits to the input dtype, as the unfused
-        sequence does; cross-entropy statistics in float32; the weight gradient is accumulated over
-        chunks in float32 and rounded once. "mean" with every target ignored is NaN (gradients 0).
-        First order only.
+        sequence does; cross-entropy statistics in float32. The gradients are made in the
+        forward (of the summed loss) and scaled by the backward (grad_output / the summed target
+        weights for "mean"): one more rounding unless that factor is a power of two. The weight
+        gradient is accumulated over the chunks in linear_weight's dtype (each chunk's GEMM adds
+        in float32): for 16-bit weights one rounding per chunk. "mean" with every target ignored
+        is NaN (gradients 0). First order only; one backward per forward (the gradients are
+        scaled in place).
     Cost:
-        Forward 2 N H V FLOP; backward 6 N H V (the logits are made again). Memory above the
-        operands and gradients: two chunks of logits, ceil(N / CHUNKS) rows each (at least
-        MIN_CHUNK_ROWS), and the float32 weight-gradient accumulator.
+        Three GEMMs of N x H x V with a gradient (6 N H V FLOP), one without; "none"'s backward
+        makes the logits again (8 N H V). Memory above the operands and gradients: one chunk of
+        logits (CHUNK_BYTES, at least MIN_CHUNK_ROWS rows).
     Source:
         Wijmans et al., "Cut Your Losses in Large-Vocabulary Language Models" (2024); Liger-Kernel's
         fused linear cross-entropy (chunking over tokens).
@@ -430,7 +445,7 @@ SPEC = OpSpec(
     name="linear_cross_entropy",
     impl=linear_cross_entropy,
     reference=linear_cross_entropy_reference,
-    torch_impl=linear_cross_entropy_torch,
+    torch_impl=_torch_float32_loss,
     make_inputs=_make_inputs,
     cost=linear_cross_entropy_cost,
     reduction_length=lambda c: max(c["H"], c["V"]),
