@@ -148,3 +148,22 @@ def test_frozen_weight_and_a_second_backward(device, monkeypatch):
     assert w.grad is None
     with pytest.raises(RuntimeError, match="linear_cross_entropy.*once per forward"):
         loss.backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_chunks_accumulate_the_weight_gradient_in_its_dtype(dtype, device, monkeypatch):
+    """Several chunks in a 16-bit dtype: the weight gradient accumulated in place in bf16 / fp16
+    (one rounding per chunk), the input gradient written per chunk; within 16-bit rounding."""
+    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 4)
+    monkeypatch.setattr(lce, "CHUNKS", 3)
+    x, w, b, t, cw = _inputs(device, dtype=dtype)
+    x, w, b = (a.requires_grad_() for a in (x, w, b))
+    loss = roofkit.linear_cross_entropy(x, w, t, linear_bias=b, weight=cw, label_smoothing=0.1)
+    grads = torch.autograd.grad(loss, [x, w, b], torch.tensor(0.5, device=device))
+    x64, w64, b64 = (a.detach().double().requires_grad_() for a in (x, w, b))
+    ref = F.cross_entropy(F.linear(x64, w64, b64), t, weight=cw.double(), label_smoothing=0.1)
+    want = torch.autograd.grad(ref * 0.5, [x64, w64, b64])
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-2, atol=1e-3)
+    for a, e in zip(grads, want):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), e, rtol=3e-2, atol=3e-3)

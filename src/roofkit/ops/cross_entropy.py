@@ -733,13 +733,29 @@ def _empty_result(x: torch.Tensor, target: torch.Tensor, ignore_index: int, redu
     return loss, grad
 
 
+def _mean_statistics(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, c: int,
+                     smooth: bool) -> torch.Tensor:
+    """[denominator, its inverse, class-weight sum] of "mean" over all of ``target`` (float32, on
+    the device: no sync), for ``_cross_entropy_forward(..., stats=)`` over chunks of rows."""
+    scal = torch.empty(3, dtype=torch.float32, device=target.device)
+    has_w = weight is not None
+    cached_launch(
+        _LAUNCHES, _cross_entropy_prologue_kernel, 1,
+        HAS_WEIGHT=has_w, WEIGHT_SUM=has_w and smooth, CHECK=False, ZERO_COUNT=False, BLOCK=PROLOGUE_BLOCK,
+        num_warps=8,
+    )(target, weight if has_w else scal, scal, scal, scal, target.shape[0], c, target.stride(0), ignore_index, 0)
+    return scal
+
+
 def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str, label_smoothing: float,
                            write_grad: bool, config: Config | None = None, loss_dtype: torch.dtype | None = None,
-                           grad_into: torch.Tensor | None = None):
+                           grad_into: torch.Tensor | None = None, stats: torch.Tensor | None = None):
     """(loss, gradient or None) of 2-D logits ``x`` (M, C) and 1-D ``target`` (M,); the loss in
     ``loss_dtype`` (default: x's, as torch). ``grad_into``: where the gradient goes, ``x`` itself
     allowed (every kernel reads a logit for the last time in the program that writes its
-    gradient, after the row's statistics)."""
+    gradient, after the row's statistics). ``stats``: "mean"'s statistics over a larger batch
+    these rows belong to (``_mean_statistics``): the loss is then these rows' share of its mean
+    and the gradient that of its mean."""
     m, c = x.shape
     if m == 0 or c == 0:
         return _empty_result(x, target, ignore_index, reduction, label_smoothing, write_grad)
@@ -764,6 +780,8 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
         num_warps=8,
     )(target, w, scal, info if check else scal, count if split else scal, m, c, target.stride(0), ignore_index, m + 1)
     checked = _IndexCheck(info)
+    if stats is not None:
+        scal = stats
 
     loss_rows = torch.empty((m,), dtype=(loss_dtype or x.dtype) if none else torch.float32, device=dev)
     grad = (grad_into if grad_into is not None else torch.empty((m, c), dtype=x.dtype, device=dev)) if write_grad else None

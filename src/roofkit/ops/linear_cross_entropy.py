@@ -28,7 +28,8 @@ from ..harness import baselines
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._common import FLOAT_DTYPES, cdiv, check_same_device, check_tensor
 from ._runtime import Op, needs_grad, planned
-from .cross_entropy import _checks_targets, _cross_entropy_forward, _scale_grad, cross_entropy_reference
+from .cross_entropy import (_checks_targets, _cross_entropy_forward, _mean_statistics, _scale_grad,
+                            cross_entropy_reference)
 from .matmul import _matmul_into, linear
 
 # Tokens per chunk: CHUNK_BYTES of logits or ceil(N / CHUNKS) rows, whichever is fewer (a multiple
@@ -113,19 +114,25 @@ def _lce_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: t
     none = reduction == "none"
     rows = torch.empty((n,), dtype=torch.float32, device=x.device) if none else None
     total = torch.zeros((), dtype=torch.float32, device=x.device)
-    nothing = x.new_empty((0,))
-    dx = dw = db32 = nothing
+    # (outputs not made are distinct empty tensors: a custom op's outputs may not alias)
+    dx, dw, db32 = (x.new_empty((0,)) for _ in range(3))
     if with_grads:
-        dx = torch.empty_like(x) if grad_input else nothing
-        dw = (torch.zeros_like(w) if n == 0 else torch.empty_like(w)) if grad_weight else nothing
-        db32 = torch.zeros((v,), dtype=torch.float32, device=x.device) if b is not None else nothing
+        if grad_input:
+            dx = torch.empty_like(x)
+        if grad_weight:
+            dw = torch.zeros_like(w) if n == 0 else torch.empty_like(w)
+        if b is not None:
+            db32 = torch.zeros((v,), dtype=torch.float32, device=x.device)
+    # "mean": each chunk's share of the mean over all tokens, and its gradient (scaled by 1 / the
+    # summed target weights in the kernel, rounded once)
+    stats = _mean_statistics(target, weight, ignore_index, v, label_smoothing > 0) if reduction == "mean" else None
     step = _chunk_rows(n, v, x.element_size())
     for start in range(0, n, step):
         xs, ts = x[start:start + step], target[start:start + step]
         logits = linear(xs, w, b)
-        loss = _cross_entropy_forward(logits, ts, weight, ignore_index, "none" if none else "sum",
-                                      label_smoothing, with_grads, loss_dtype=torch.float32,
-                                      grad_into=logits if with_grads else None)[0]
+        loss = _cross_entropy_forward(logits, ts, weight, ignore_index, reduction, label_smoothing, with_grads,
+                                      loss_dtype=torch.float32, grad_into=logits if with_grads else None,
+                                      stats=stats)[0]
         if none:
             rows[start:start + step] = loss
         else:
@@ -140,41 +147,52 @@ def _lce_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: t
         del logits
     if none:
         return rows, dx, dw, db32
-    if reduction == "mean":
-        total = total / _denominator(target, weight, ignore_index)  # 0 / 0: NaN, as torch
+    if reduction == "mean" and n == 0:
+        total = total / 0.0  # the mean over no tokens: NaN, as torch
     return total, dx, dw, db32
 
 
 def _lce_fwd_fake(x, w, b, target, weight, ignore_index, reduction, label_smoothing, with_grads, grad_input,
                   grad_weight):
     loss = x.new_empty((x.shape[0],) if reduction == "none" else (), dtype=torch.float32)
-    nothing = x.new_empty((0,))
+    dx, dw, db = (x.new_empty((0,)) for _ in range(3))
     if not with_grads:
-        return loss, nothing, nothing, nothing
-    db = x.new_empty((w.shape[0],), dtype=torch.float32) if b is not None else nothing
-    return loss, torch.empty_like(x) if grad_input else nothing, torch.empty_like(w) if grad_weight else nothing, db
+        return loss, dx, dw, db
+    if b is not None:
+        db = x.new_empty((w.shape[0],), dtype=torch.float32)
+    return loss, torch.empty_like(x) if grad_input else dx, torch.empty_like(w) if grad_weight else dw, db
 
 
 def _grad_scale(grad: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
                 reduction: str) -> torch.Tensor:
-    """The factor from the summed loss's gradients to the loss's: grad (0-d), over the summed
-    target weights for "mean" (any sign; 0 with targets left gives NaN, as torch), and zero
-    gradients when every target is ignored (nothing contributes, as in torch)."""
+    """The factor from the forward's gradients (of the loss for a grad_output of 1) to the
+    loss's: grad (0-d); for "mean", NaN where the target weights left sum to 0 (as torch) and 0
+    where every target is ignored (nothing contributes, as in torch)."""
+    grad = grad.float().reshape(())
     if reduction != "mean":
-        return grad.float().reshape(())
+        return grad
     den = _denominator(target, weight, ignore_index)
     left = (target != ignore_index).any()
-    scale = torch.where(left, grad.float() / den, torch.zeros_like(den))
-    return torch.where(left & (den == 0), torch.full_like(den, math.nan), scale)
+    scale = torch.where(left, grad, torch.zeros_like(grad))
+    return torch.where(left & (den == 0), torch.full_like(grad, math.nan), scale)
 
 
 def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
-             weight: torch.Tensor | None, ignore_index: int, label_smoothing: float
+             weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """reduction="none"'s backward: each chunk's logits made again, its logit gradient scaled row
-    by row by ``grad``, two GEMMs."""
+    """The backward of "none" and of a call of one chunk: each chunk's logits made again, their
+    gradient (scaled in the cross-entropy kernel for "mean" / "sum": one rounding; row by row
+    after it for "none"), two GEMMs."""
     n, v = x.shape[0], w.shape[0]
-    scale = grad.float()
+    stats = None
+    if reduction != "none":
+        # "mean"'s statistics with the factor the kernel scales the gradient by replaced by the
+        # output's gradient (over the summed target weights for "mean")
+        stats = _mean_statistics(target, weight, ignore_index, v, label_smoothing > 0)
+        scale = _grad_scale(grad, target, weight, ignore_index, reduction)
+        if reduction == "mean":
+            scale = torch.where(stats[0] == 0, scale, scale / stats[0])
+        stats = torch.cat([stats[:1], scale.reshape(1), stats[2:]])
     dx = torch.empty_like(x)
     dw = torch.zeros_like(w) if n == 0 else torch.empty_like(w)
     db32 = torch.zeros((v,), dtype=torch.float32, device=x.device)
@@ -182,8 +200,10 @@ def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
     for start in range(0, n, step):
         xs, ts = x[start:start + step], target[start:start + step]
         logits = linear(xs, w, b)
-        _cross_entropy_forward(logits, ts, weight, ignore_index, "none", label_smoothing, True, grad_into=logits)
-        _scale_grad(logits, scale[start:start + step])
+        _cross_entropy_forward(logits, ts, weight, ignore_index, "none" if stats is None else "mean", label_smoothing,
+                               True, grad_into=logits, stats=stats)
+        if stats is None:
+            _scale_grad(logits, grad.float()[start:start + step])
         _matmul_into(logits, w, dx[start:start + step])
         _matmul_into(logits.t(), xs, dw, beta=0.0 if start == 0 else 1.0)
         if b is not None:
@@ -193,7 +213,7 @@ def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
     return dx, dw, db
 
 
-def _lce_bwd_fake(grad, x, w, b, target, weight, ignore_index, label_smoothing):
+def _lce_bwd_fake(grad, x, w, b, target, weight, ignore_index, label_smoothing, reduction):
     db = x.new_empty((w.shape[0],) if b is not None else (0,), dtype=b.dtype if b is not None else x.dtype)
     return torch.empty_like(x), torch.empty_like(w), db
 
@@ -221,12 +241,10 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad, *_):
     ignore_index, reduction, label_smoothing = ctx.args
-    if not ctx.with_grads:
+    if not ctx.with_grads:  # "none", or one chunk: the logits made again, the output's gradient known
         x, w, b, target, weight = ctx.saved_tensors
-        if reduction != "none":
-            raise RuntimeError("roofkit (linear_cross_entropy): the forward ran without gradients; call it with "
-                               "gradients enabled")
-        dx, dw, db = _lce_bwd_op(grad.contiguous(), x, w, b, target, weight, ignore_index, label_smoothing)
+        dx, dw, db = _lce_bwd_op(grad.contiguous(), x, w, b, target, weight, ignore_index, label_smoothing,
+                                 reduction)
         return dx, dw, (db if ctx.has_bias else None), None, None, None, None, None, None, None, None
     if ctx.grads is None:
         target, weight, dx, dw, db32 = ctx.saved_tensors
@@ -351,7 +369,11 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
                              f"({ignore_index}); {int(bad.sum())} do not, the first at (flattened) position {first}: "
                              f"{int(flat_t[first])}")
     w = linear_weight.contiguous()
-    with_grads = reduction != "none" and needs_grad(x, w, linear_bias)
+    # Gradients in the forward (three GEMMs, not four) when there is more than one chunk; a single
+    # chunk is cheaper to make again in the backward, where the output's gradient is known (its
+    # scaling then costs no second rounding).
+    with_grads = (reduction != "none" and needs_grad(x, w, linear_bias)
+                  and x.shape[0] > _chunk_rows(x.shape[0], v, x.element_size()))
     loss = _lce_fwd_op.apply(x, w, linear_bias, flat_t, weight, int(ignore_index), reduction,
                              float(label_smoothing), with_grads, with_grads and x.requires_grad,
                              with_grads and w.requires_grad)[0]
