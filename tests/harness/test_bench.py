@@ -57,14 +57,40 @@ def _pair_spec():
     )
 
 
-def test_bench_case_reports_a_provider_writing_its_inputs_and_keeps_them_for_the_others():
+@pytest.mark.parametrize("mode", ["fwd_bwd", "bwd"])
+def test_bench_case_reports_a_provider_writing_its_inputs_and_keeps_them_for_the_others(mode):
     from roofkit.harness.bench import HostOptions, bench_case
     from roofkit.harness.spec import case
 
-    c = case("pair_8", shape=(8,), mode="fwd_bwd")
+    c = case("pair_8", shape=(8,), mode=mode)
     recs = {r.provider: r for r in bench_case(_pair_spec(), c, torch.float32, None, device=torch.device("cpu"),
                                                host=HostOptions(calls=3, repeats=1))}
     assert recs["roofkit"].verified is True and recs["torch"].verified is True, recs
     assert recs["writer"].verified is False and "writes into its input(s) 0" in recs["writer"].verify_detail
     # every output is differentiated: a provider dropping the second output's gradient fails
     assert recs["first_only"].verified is False and "grad[0]" in recs["first_only"].verify_detail
+
+
+def test_bench_case_flags_every_record_when_inputs_change_during_the_timing_loop():
+    """A provider that writes into the shared inputs only once timing has begun cannot be told
+    from the others: no record of the case counts as verified."""
+    from roofkit.harness.bench import HostOptions, bench_case
+    from roofkit.harness.spec import case
+
+    spec = _pair_spec()
+    calls = []
+
+    def late_writer(a, b):
+        calls.append(1)
+        out = _pair(a, b)
+        if len(calls) > 3:  # past its warm-up, check and first timed call
+            a.data.mul_(3.0)
+        return out
+
+    spec.baselines = {"late_writer": lambda: late_writer}
+    c = case("pair_8", shape=(8,), mode="fwd")
+    recs = {r.provider: r for r in bench_case(spec, c, torch.float32, None, device=torch.device("cpu"),
+                                               host=HostOptions(calls=3, repeats=1))}
+    assert set(recs) == {"roofkit", "late_writer"}
+    for r in recs.values():
+        assert r.verified is False and "changed during the timing loop" in r.verify_detail, r

@@ -167,3 +167,20 @@ def test_16_bit_chunks_accumulate_the_weight_gradient_in_its_dtype(dtype, device
     for a, e in zip(grads, want):
         assert a.dtype == dtype
         torch.testing.assert_close(a.double(), e, rtol=3e-2, atol=3e-3)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_compiles_without_gradients_and_with_the_input_gradient_only(reduction, device):
+    """The custom op's unused gradient outputs are distinct tensors (a custom op's outputs may not
+    alias), and the backward makes only the gradients asked for."""
+    x, w, b, t, _ = _inputs(device)
+    fn = torch.compile(lambda x: roofkit.linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction),
+                       fullgraph=True, backend="aot_eager")
+    want = F.cross_entropy(F.linear(x, w, b), t, reduction=reduction)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), want, rtol=1e-5, atol=1e-6)
+    xg = x.clone().requires_grad_()
+    gx, = torch.autograd.grad(fn(xg).sum(), [xg])
+    x64 = x.double().requires_grad_()
+    ref, = torch.autograd.grad(F.cross_entropy(F.linear(x64, w.double(), b.double()), t, reduction=reduction).sum(), [x64])
+    torch.testing.assert_close(gx.double(), ref, rtol=1e-4, atol=1e-6)

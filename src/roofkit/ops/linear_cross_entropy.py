@@ -178,8 +178,8 @@ def _grad_scale(grad: torch.Tensor, target: torch.Tensor, weight: torch.Tensor |
 
 
 def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
-             weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str,
+             grad_input: bool, grad_weight: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of "none" and of a call of one chunk: each chunk's logits made again, their
     gradient (scaled in the cross-entropy kernel for "mean" / "sum": one rounding; row by row
     after it for "none"), two GEMMs."""
@@ -193,8 +193,8 @@ def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
         if reduction == "mean":
             scale = torch.where(stats[0] == 0, scale, scale / stats[0])
         stats = torch.cat([stats[:1], scale.reshape(1), stats[2:]])
-    dx = torch.empty_like(x)
-    dw = torch.zeros_like(w) if n == 0 else torch.empty_like(w)
+    dx = torch.empty_like(x) if grad_input else x.new_empty((0,))
+    dw = (torch.zeros_like(w) if n == 0 else torch.empty_like(w)) if grad_weight else x.new_empty((0,))
     db32 = torch.zeros((v,), dtype=torch.float32, device=x.device)
     step = _chunk_rows(n, v, x.element_size())
     for start in range(0, n, step):
@@ -204,8 +204,10 @@ def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
                                True, grad_into=logits, stats=stats)
         if stats is None:
             _scale_grad(logits, grad.float()[start:start + step])
-        _matmul_into(logits, w, dx[start:start + step])
-        _matmul_into(logits.t(), xs, dw, beta=0.0 if start == 0 else 1.0)
+        if grad_input:
+            _matmul_into(logits, w, dx[start:start + step])
+        if grad_weight:
+            _matmul_into(logits.t(), xs, dw, beta=0.0 if start == 0 else 1.0)
         if b is not None:
             db32 += logits.sum(0, dtype=torch.float32)
         del logits
@@ -213,9 +215,10 @@ def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
     return dx, dw, db
 
 
-def _lce_bwd_fake(grad, x, w, b, target, weight, ignore_index, label_smoothing, reduction):
+def _lce_bwd_fake(grad, x, w, b, target, weight, ignore_index, label_smoothing, reduction, grad_input, grad_weight):
     db = x.new_empty((w.shape[0],) if b is not None else (0,), dtype=b.dtype if b is not None else x.dtype)
-    return torch.empty_like(x), torch.empty_like(w), db
+    return (torch.empty_like(x) if grad_input else x.new_empty((0,)),
+            torch.empty_like(w) if grad_weight else x.new_empty((0,)), db)
 
 
 def _setup_context(ctx, inputs, output):
@@ -243,9 +246,11 @@ def _backward(ctx, grad, *_):
     ignore_index, reduction, label_smoothing = ctx.args
     if not ctx.with_grads:  # "none", or one chunk: the logits made again, the output's gradient known
         x, w, b, target, weight = ctx.saved_tensors
+        grad_input, grad_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx, dw, db = _lce_bwd_op(grad.contiguous(), x, w, b, target, weight, ignore_index, label_smoothing,
-                                 reduction)
-        return dx, dw, (db if ctx.has_bias else None), None, None, None, None, None, None, None, None
+                                 reduction, grad_input, grad_weight)
+        return ((dx if grad_input else None), (dw if grad_weight else None), (db if ctx.has_bias else None),
+                *([None] * 8))
     if ctx.grads is None:
         target, weight, dx, dw, db32 = ctx.saved_tensors
         scale = _grad_scale(grad, target, weight, ignore_index, reduction)
@@ -309,7 +314,9 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
         weights for "mean"): one more rounding unless that factor is a power of two. The weight
         gradient is accumulated over the chunks in linear_weight's dtype (each chunk's GEMM adds
         in float32): for 16-bit weights one rounding per chunk. "mean" with every target ignored
-        is NaN (gradients 0). First order only; one backward per forward (the gradients are
+        is NaN (gradients 0). With a non-finite grad_output (or "mean" over class weights summing
+        to 0) every gradient element is non-finite, the ignored rows' included (torch leaves
+        those 0): the scaling comes after the GEMMs. First order only; one backward per forward (the gradients are
         scaled in place).
     Cost:
         Three GEMMs of N x H x V with a gradient (6 N H V FLOP), one without; "none"'s backward

@@ -228,8 +228,9 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
         unsqueeze_dim: 1 or 2, where cos / sin gain the head dimension, as in transformers.
     Returns:
         (q_embed, k_embed) of q's and k's shapes and layouts (as torch's expression: a
-        transposed q gives a transposed q_embed), in the dtype torch's ``q * cos`` gives (q's;
-        float32 for 16-bit q with float32 cos / sin).
+        transposed q gives a transposed q_embed; a q whose last dimension is strided gives a
+        contiguous q_embed), in the dtype torch's ``q * cos`` gives (q's; float32 for 16-bit q
+        with float32 cos / sin).
     Raises:
         TypeError: not float32 / float16 / bfloat16 tensors; k's dtype not q's; cos / sin neither
             q's dtype nor float32, or of different dtypes.
