@@ -23,6 +23,10 @@ __all__ = [*_OPS, "__version__"]
 
 
 def __getattr__(name):
+    if name == "nn":  # the modules (roofkit.nn), imported on first use as the ops are
+        import importlib
+
+        return importlib.import_module(".nn", __name__)
     if name in _OPS:
         from . import ops
 
