@@ -72,7 +72,7 @@ def test_cli_report_compares_two_runs(tmp_path, capsys):
 @pytest.mark.parametrize("inherited", ["", "0", "false", "off", "no", " 1", "1 "])
 def test_cli_switches_the_interpreter_on_without_a_gpu_whatever_the_environment_says(inherited, monkeypatch):
     # An inherited TRITON_INTERPRET="" (or "0") used to survive setdefault, and every op then
-    # failed to compile for a GPU that is not there (fresh-user walkthrough, session 7).
+    # failed to compile for a GPU that is not there (found by a fresh-user walkthrough).
     from roofkit import cli
 
     if torch.cuda.is_available():
@@ -83,9 +83,9 @@ def test_cli_switches_the_interpreter_on_without_a_gpu_whatever_the_environment_
 
 
 def test_cli_verify_runs_on_cpu_in_a_fresh_process_without_triton_interpret():
-    # In a fresh process (the test session has the interpreter on before anything is imported):
+    # In a fresh process (the test process has the interpreter on before anything is imported):
     # the CLI must switch the interpreter on before roofkit.ops defines its kernels, or every op
-    # fails with "0 active drivers" (fresh-user walkthrough, session 8: `roofkit bench` on CPU).
+    # fails with "0 active drivers" (found by a fresh-user walkthrough: `roofkit bench` on CPU).
     import pathlib
     import subprocess
     import sys

@@ -74,7 +74,7 @@ def test_on_input_device_enters_the_first_cuda_arguments_device(monkeypatch):
 
 def test_ops_accept_fake_cuda_tensors_without_cuda():
     # torch.compile's tracing and torch.export run ops on FakeTensors; on a CPU-only build those
-    # may claim a CUDA device: the guard must stay out of the way (hostile review, session 7).
+    # may claim a CUDA device: the guard must stay out of the way (found by a hostile review).
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     if torch.cuda.is_available():

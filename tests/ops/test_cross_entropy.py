@@ -465,7 +465,7 @@ print(json.dumps(out))
 
 def test_cross_entropy_smem_kernel_compiles_for_sm90_within_its_shared_memory(tmp_path):
     # No GPU needed: the Gluon kernel compiled for sm_90 by Triton's bundled ptxas, with the
-    # launcher's grouping, in a fresh process (the test session runs the interpreter, which
+    # launcher's grouping, in a fresh process (the test process runs the interpreter, which
     # cannot build Gluon) and a fresh cache. The shared memory it asks for must stay inside
     # what the plan counted (resident chunks + SMEM_RESERVE), and its copies must be 16-byte
     # cp.async.

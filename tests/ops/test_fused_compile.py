@@ -1,5 +1,5 @@
 """The fused LLM ops' kernels build for sm_90 (no GPU needed): Triton's compiler in a fresh
-process without the interpreter (the test session runs the interpreter, which checks neither
+process without the interpreter (the test process runs the interpreter, which checks neither
 types across branches nor layouts), including argument specializations Triton makes on a GPU
 (an integer equal to 1 becomes a constant)."""
 

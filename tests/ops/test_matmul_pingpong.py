@@ -199,7 +199,7 @@ print(json.dumps(out))
 
 @needs_gluon
 def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
-    # No GPU needed: the kernel built for sm_90 in a fresh process (the test session runs the
+    # No GPU needed: the kernel built for sm_90 in a fresh process (the test process runs the
     # interpreter, which cannot build Gluon), then Triton's bundled ptxas reports its registers:
     # the consumers' 128-register accumulators must fit without spilling, in at most the 227 KB
     # of shared memory an sm_90 block can opt in to.

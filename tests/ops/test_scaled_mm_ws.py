@@ -106,7 +106,7 @@ print(json.dumps(out))
 
 @needs_gluon
 def test_fp8_ws_kernel_compiles_for_sm90_without_spills_or_serialized_wgmma(tmp_path):
-    # No GPU needed: built for sm_90 in a fresh process (the test session runs the interpreter),
+    # No GPU needed: built for sm_90 in a fresh process (the test process runs the interpreter),
     # then ptxas reports its registers and whether it had to serialize the wgmmas. The promoted
     # path keeps two slice tiles as the fixed destinations of their wgmmas: any register copy
     # into them between a wgmma's issue and its wait makes ptxas serialize (warning C7515), which
@@ -199,7 +199,7 @@ def test_fp8_ws_matches_float64(shape, precise, dtype, out_dtype, scales, with_b
 @pytest.mark.skipif(not HOPPER, reason="the warp-specialized fp8 kernel needs a Hopper GPU")
 def test_fp8_ws_promotion_is_more_accurate_than_fast_accumulation():
     # fp16 output (fine enough to show the accumulation error) at K = 8192: the promoted sums
-    # are within fp16's rounding (session 9 at 8192^3: 2.4e-4 promoted, 2.1e-3 fast, as torch's
+    # are within fp16's rounding (H200 at 8192^3: 2.4e-4 promoted, 2.1e-3 fast, as torch's
     # two modes); a promotion that silently fell back to the tensor cores' accumulation fails.
     a, b, sa, sb, _ = _operands(256, 384, 8192, E4M3, 5, "tensor")
     ref = _reference(a, b, sa, sb, None)

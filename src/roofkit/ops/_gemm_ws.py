@@ -16,7 +16,7 @@ The consumers' main loops take turns (two "turn" mbarriers; the producer fills t
 the same tile order), so consumer 1's main loop starts as consumer 0's ends: one consumer's
 epilogue (for the exact GELU, ~16 instructions per element) runs while the other keeps the
 tensor cores busy. That overlap is what a single-partition persistent kernel
-cannot give, and why this form exists (benchmarks/NOTES.md, issue 3).
+cannot give, and why this form exists (benchmarks/NOTES.md, fused epilogues).
 
 Restrictions (``launchable`` checks them): CUDA device of compute capability 9.x (wgmma), not
 the interpreter, 16-bit inputs of one dtype, 2-D operands a descriptor can describe after
@@ -56,7 +56,7 @@ LOG2E = 1.4426950408889634
 # overlap), EPI_REPEAT = the GELU applied that many times (a longer epilogue), WAIT_DEPTH = wgmma
 # groups a consumer keeps in flight (default 1), GELU_FORM (``_gelu``'s FORM): 1 = the erfc fit's
 # last step as max(x, 0) - |x| q (-inf gives 0), 2 = the degree-6 logistic form, 3 = the 5-term
-# erfc fit (bfloat16's GELU before session 10), for every output dtype. Other keys are refused.
+# erfc fit (bfloat16's GELU before the logistic form), for every output dtype. Other keys are refused.
 # Not thread-safe; empty in normal use.
 DIAGNOSTIC: dict = {}
 
@@ -117,7 +117,7 @@ ZS = gl.constexpr((LOG2E / 2.0) ** 0.5)  # z sqrt(log2 e) = |x| sqrt(log2 e / 2)
 LOG2E_C = gl.constexpr(LOG2E)
 
 
-# Diagnostic (GELU_FORM 3; bfloat16's GELU until session 10): Abramowitz & Stegun 7.1.26,
+# Diagnostic (GELU_FORM 3; bfloat16's GELU before the erfc fit): Abramowitz & Stegun 7.1.26,
 # erfc(z) = t (a1 + a2 t + ... + a5 t^4) exp(-z^2), t = 1 / (1 + p z), absolute error <= 1.5e-7,
 # i.e. Phi within 7.5e-8 absolute: GELU within 2e-4 relative where |GELU(x)| > 1e-3. Four fused
 # multiply-adds instead of nine. Coefficients times 0.5 (the 0.5 of Phi = erfc / 2).

@@ -850,7 +850,7 @@ CASES = [
     case("pos_inf_8x129", shape=(8, 129), dist="pos_inf"),
     case("empty_0x5", ["quick"], shape=(0, 5)),
     case("empty_mask_broadcast_3x0", shape=(3, 1), mask_shape=(3, 0)),
-    # On the GPU: the acceptance shapes of issue 5 (order checked exactly by the float64
+    # On the GPU: the acceptance shapes (order checked exactly by the float64
     # comparison: a misplaced element is off by far more than any tolerance).
     case("gpu_64Mi_keep_0pct", ["gpu"], shape=(64 * _MI,), keep=0.0, dtypes=_F32),
     case("gpu_64Mi_keep_5pct", ["gpu"], shape=(64 * _MI,), keep=0.05, dtypes=_F32),
@@ -871,7 +871,7 @@ SUITES = {
         case("activation_8192x4096_keep_50pct", shape=(8192, 4096), keep=0.5, dtypes=_BF16),
         case("activation_8192x4096_keep_50pct_fwd_bwd", shape=(8192, 4096), keep=0.5, dtypes=_BF16, mode="fwd_bwd"),
     ],
-    # Issue 5: 64Mi fp32 keeping 0, 5, 50, 95 and 100% (bytes: input + mask + kept output).
+    # Acceptance: 64Mi fp32 keeping 0, 5, 50, 95 and 100% (bytes: input + mask + kept output).
     "acceptance": [
         case(f"64Mi_keep_{round(100 * k)}pct", shape=(64 * _MI,), keep=k, dtypes=_F32)
         for k in (0.0, 0.05, 0.5, 0.95, 1.0)

@@ -127,7 +127,7 @@ def cross_entropy_cost(case, dtype: torch.dtype) -> Cost:
     given); write the loss (M elements for ``reduction='none'``, else one). About 4 FLOP per
     logit (max, subtract, exp, sum), 2 more with label smoothing.
     ``mode='fwd_bwd'`` adds one write of the gradient (M*C) and about 4 FLOP per logit: the
-    logits are read once in the whole forward+backward (issue 5 counts it so)."""
+    logits are read once in the whole forward+backward (the acceptance figures count it so)."""
     m, c = _problem(case)
     size = torch.empty((), dtype=dtype).element_size()
     smooth = case.get("label_smoothing", 0.0) > 0
@@ -1114,7 +1114,7 @@ CASES = [
     case("empty_rows_0x7", ["quick"], shape=(0, 7)),
     case("empty_rows_sum_0x7", shape=(0, 7), reduction="sum"),
     case("empty_classes_all_ignored_3x0", shape=(3, 0), ignore_frac=1.0, reduction="none"),
-    # On the GPU (``pytest -m gpu``): issue 5's acceptance shapes (vocab 50257, 128256, 262144,
+    # On the GPU (``pytest -m gpu``): the acceptance shapes (vocab 50257, 128256, 262144,
     # all-ignored rows, label smoothing) and every kernel path: row blocks (vocab <= 8192), split
     # rows (with and without class weights + smoothing), forward-only streaming of many rows,
     # forward-only split of few rows, and the online two-pass path (vocab > 64 segments).
@@ -1162,7 +1162,7 @@ SUITES = {
         case("logits_16384x50257", shape=(16384, 50257), dtypes=_BF16),
         case("logits_16384x50257_fwd_bwd", shape=(16384, 50257), dtypes=_BF16, mode="fwd_bwd", grad_output="ones"),
     ],
-    # Issue 5's acceptance: vocab 50257, 128256 and 262144, all-ignored rows, label smoothing;
+    # Acceptance: vocab 50257, 128256 and 262144, all-ignored rows, label smoothing;
     # >= 3500 GB/s forward+backward at 8192x128256 bf16.
     "acceptance": [
         case("logits_8192x128256_fwd_bwd", shape=(8192, 128256), dtypes=_BF16, mode="fwd_bwd", grad_output="ones"),

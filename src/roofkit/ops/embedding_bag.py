@@ -121,8 +121,8 @@ FIXUP_BLOCK_P = 64  # partials summed per step by the fix-up kernel
 ZERO_TILE = 8192  # elements of the zero-fill tile
 CHECK_BLOCK = 4096  # indices and bags' offsets per program of the forward's input check
 # True: the input check runs as its own kernel before the gather and the host waits for it while
-# the device gathers; False: the host reads the gather kernel's own flags after it (session 5's
-# form, kept to time both in one run: NOTES.md, session 6).
+# the device gathers; False: the host reads the gather kernel's own flags after it (the first
+# form, kept to time both in one run: benchmarks/NOTES.md, embedding_bag).
 EARLY_CHECK = True
 MAX_PROGRAMS_PER_SM = 32  # resident-block limit of NVIDIA SMs since Volta (a bound, not a target)
 
@@ -621,7 +621,7 @@ def _embedding_bag_psw_grad_kernel(
         acc += tl.sum(w * g, axis=1)
     # Stored from the tile's layout by the one thread holding column 0 of each position: a 1-D
     # store would gather the threads' copies of the sum through shared memory, where copies
-    # that differ in the last bit race (compute-sanitizer racecheck, H200, session 5; with this
+    # that differ in the last bit race (compute-sanitizer racecheck, H200; with this
     # store alone racecheck still reported it on some small cases, hence the max below).
     # The copies are made identical first (an exact max over them): where the compiler still moves
     # acc to another layout for the store, identical copies cannot race.
@@ -1210,7 +1210,7 @@ CASES = [
     _c("bags_of_one_2d_12x1", shape=(12, 1), layout="2d", bag_mode="sum", dim=20),
     _c("no_bags_0x4", ["quick"], shape=(0, 4), layout="2d", bag_mode="sum"),
     _c("no_indices_3x0", shape=(3, 0), bag_mode="mean"),
-    # On the GPU (``pytest -m gpu``): the acceptance features of issue 5 at realistic sizes.
+    # On the GPU (``pytest -m gpu``): the acceptance features at realistic sizes.
     _c("gpu_dlrm_uniform_sum", ["gpu"], shape=(16384, 32), num_embeddings=200_000, dim=128, bag_mode="sum"),
     _c("gpu_dlrm_powerlaw_sum", ["gpu"], shape=(16384, 32), num_embeddings=200_000, dim=128, dist="powerlaw",
        bag_mode="sum"),
@@ -1258,7 +1258,7 @@ SUITES = {
         _dlrm("sum_uniform_bwd", "uniform", "bwd"),
         _dlrm("sum_powerlaw_bwd", "powerlaw", "bwd"),
     ],
-    # The features of issue 5 at DLRM scale: empty bags (ragged), repeated indices (power law),
+    # The acceptance features at DLRM scale: empty bags (ragged), repeated indices (power law),
     # padding, per-sample weights, mean and max, bf16.
     "acceptance": [
         _dlrm("mean_ragged_empty_bags", bag_mode="mean", ragged=True),

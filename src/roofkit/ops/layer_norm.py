@@ -218,7 +218,7 @@ def _layer_norm_fwd_kernel(
                     y = y + tl.load(b_ptr + offs, mask=cmask, other=0.0).to(tl.float32)[None, :]
                 tl.store(y_rows + offs[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
         # The threads of a row hold copies of its statistics that racecheck found to differ on
-        # some shapes (H200, session 5; cf. triton-lang/triton#7264), and a 1-D store gathers one
+        # some shapes (H200; cf. triton-lang/triton#7264), and a 1-D store gathers one
         # copy per row through shared memory, where they race: the saved statistics could change
         # from run to run. Stored instead from the tile's own layout, by the one thread that holds
         # column 0 of the row: no shared memory, the same copy every run.
@@ -654,7 +654,7 @@ CASES = [
     case("nan_8x129", shape=(8, 129), dist="nan", grad=False),
     case("empty_rows_0x7", ["quick"], shape=(0, 7)),
     case("empty_cols_5x0", shape=(5, 0)),
-    # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 5 and each kernel path.
+    # On the GPU (``pytest -m gpu``): the acceptance shapes and each kernel path.
     case("gpu_row_1", ["gpu"], shape=(4096, 1)),
     case("gpu_row_781", ["gpu"], shape=(1000, 781)),
     case("gpu_row_4096", ["gpu"], shape=(2048, 4096)),
@@ -683,7 +683,7 @@ SUITES = {
         case("hidden_16384x768", shape=(16384, 768), dtypes=_BF16),
         case("hidden_16384x768_fwd_bwd", shape=(16384, 768), dtypes=_BF16, mode="fwd_bwd"),
     ],
-    # Issue 5's acceptance: rows of 1 and 65536; >= 3900 GB/s forward and >= 3300 GB/s
+    # Acceptance: rows of 1 and 65536; >= 3900 GB/s forward and >= 3300 GB/s
     # forward+backward at 32768x4096 bf16.
     "acceptance": [
         case("hidden_32768x4096", shape=(32768, 4096), dtypes=_BF16),

@@ -664,7 +664,7 @@ _COMMON = [
     case("pos_inf_8x129", shape=(8, 129), dim=-1, dist="pos_inf"),
     case("neg_inf_8x129", shape=(8, 129), dim=-1, dist="neg_inf"),
     case("empty_rows_0x7", ["quick"], shape=(0, 7), dim=-1),
-    # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 5 and real layouts.
+    # On the GPU (``pytest -m gpu``): the acceptance shapes and real layouts.
     case("gpu_full_1", ["gpu"], shape=(1,)),
     case("gpu_full_781", ["gpu"], shape=(781,)),
     case("gpu_full_16Mi", ["gpu"], shape=(1 << 24,)),

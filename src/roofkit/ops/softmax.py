@@ -631,7 +631,7 @@ CASES = [
     case("out_dtype_down_to_float16", shape=(6, 100), out_dtype="float16", dtypes=(torch.float32,)),
     case("empty_rows_0x7", ["quick"], shape=(0, 7)),
     case("empty_cols_5x0", shape=(5, 0)),
-    # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 2.
+    # On the GPU (``pytest -m gpu``): the acceptance shapes.
     case("gpu_1823x781", ["gpu"], shape=(1823, 781), dtypes=_F32),
     case("gpu_4000x4000", ["gpu"], shape=(4000, 4000), dtypes=_F32),
     case("gpu_row_1", ["gpu"], shape=(4096, 1)),

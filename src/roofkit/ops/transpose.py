@@ -417,7 +417,7 @@ CASES = [
     case("empty_rows_0x7", ["quick"], shape=(0, 7), dim0=0, dim1=1),
     case("empty_cols_5x0", shape=(5, 0), dim0=0, dim1=1),
     case("empty_batched_2x0x3", shape=(2, 0, 3), dim0=0, dim1=2),
-    # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 5 and model layouts.
+    # On the GPU (``pytest -m gpu``): the acceptance shapes and model layouts.
     case("gpu_row_1xN", ["gpu"], shape=(1, 1 << 20), dim0=0, dim1=1),
     case("gpu_col_Nx1", ["gpu"], shape=(1 << 20, 1), dim0=0, dim1=1),
     case("gpu_4095x4097", ["gpu"], shape=(4095, 4097), dim0=0, dim1=1),

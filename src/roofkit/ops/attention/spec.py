@@ -255,7 +255,7 @@ CASES = [
     case("empty_sq0", ["quick"], shape=(1, 2, 0, 8, 32), dtypes=_CPU),
     case("empty_sk0_gives_zeros", shape=(1, 2, 8, 0, 32), dtypes=_CPU),
     case("empty_batch0", shape=(0, 2, 8, 8, 32), dtypes=_F16),
-    # On the GPU (``pytest -m gpu``): the acceptance shapes of issue 4.
+    # On the GPU (``pytest -m gpu``): the acceptance shapes of the attention kernels.
     case("gpu_causal_5q_2k", ["gpu"], shape=(2, 4, 5, 2, 128), causal=True, dtypes=_GPU),
     case("gpu_sq1_sk4096", ["gpu"], shape=(4, 8, 1, 4096, 128), dtypes=_GPU),
     case("gpu_sk1", ["gpu"], shape=(2, 4, 64, 1, 128), dtypes=_GPU, grad=False),
@@ -288,7 +288,7 @@ SUITES = {
         case("prefill_b1_s8192_causal_fwd_bwd", shape=(1, 32, 8192, 8192, 128), causal=True, mode="fwd_bwd", **_LLAMA),
         case("decode_b32_sk8192", shape=(32, 32, 1, 8192, 128), **_LLAMA),
     ],
-    # Issue 4's speed figures (bf16): FLOPs as attention_cost; decoding judged in GB/s of K + V.
+    # The attention kernels' speed figures (bf16): FLOPs as attention_cost; decoding judged in GB/s of K + V.
     "acceptance": [
         case("fwd_b4_h16_s8448_d128", shape=(4, 16, 8448, 8448, 128), dtypes=_BF16),
         case("fwd_b4_h16_s8448_d128_causal", shape=(4, 16, 8448, 8448, 128), causal=True, dtypes=_BF16),

@@ -13,7 +13,7 @@ row (``ROW_INDEX``), else once per element.
 
 - Atomic path (default): the output starts as a copy of input; one program per tile of
   BLOCK_L index rows x BLOCK_I columns of one outer slice loads its indices and source tile and
-  adds them with relaxed atomics (lowered to scalar ``red``; session 5 measured four-wide vector
+  adds them with relaxed atomics (lowered to scalar ``red``; measured four-wide vector
   reductions: no gain).
   Indices outside [0, N) are skipped and counted in a device flag. Row-index calls at least
   ``PRECHECK_MIN_WIDTH`` wide count them first in ``_index_range_kernel`` (count copied to pinned

@@ -20,7 +20,7 @@ from .api import index_add, scatter_add
 
 def scatter_add_reference(input, dim, index, src, *, deterministic=None):
     """torch.scatter_add in float64 (index made contiguous: torch's CPU scatter_add mishandles an
-    expanded index narrower than input, found in session 5's hostile review)."""
+    expanded index narrower than input, found by a hostile review)."""
     return torch.scatter_add(input.to(torch.float64), dim, index.contiguous(), src.to(torch.float64))
 
 
@@ -199,7 +199,7 @@ INDEX_ADD_CASES = [
     case("empty_index_4x3_L0", ["quick"], shape=(4, 3), L=0),
     case("empty_input_0x3_L0", shape=(0, 3), L=0),
     case("empty_rows_5x0_L4", shape=(5, 0), L=4),
-    # On the GPU: the acceptance shapes of issue 5 and the llama3-8b embedding backward.
+    # On the GPU: the acceptance shapes and the llama3-8b embedding backward.
     case("gpu_rows_1Mix64_L1Mi", ["gpu"], shape=(_MI, 64), L=_MI, dtypes=_F32, grad=False),
     case("gpu_rows_1Mix64_L1Mi_deterministic", ["gpu"], shape=(_MI, 64), L=_MI, dtypes=_F32, deterministic=True,
          grad=False),
@@ -226,7 +226,7 @@ INDEX_ADD_SUITES = {
         case("embedding_bwd_128256x4096_8192tok_deterministic", shape=(128256, 4096), L=8192, index="skewed",
              dtypes=_BF16, deterministic=True),
     ],
-    # Issue 5: 64Mi fp32 source elements into 1Mi destination rows. Two readings, both measured:
+    # Acceptance: 64Mi fp32 source elements into 1Mi destination rows. Two readings, both measured:
     # rows of 64 (input 1Mi x 64, source 1Mi x 64, 1Mi indices) and the 1-D form (input 1Mi,
     # source and index 64Mi). Bytes: input + output + source + index (index_add_cost).
     "acceptance": [
@@ -268,7 +268,7 @@ SCATTER_ADD_CASES = [
     case("deterministic_same_4x3_from_60x3", shape=(4, 3), index_shape=(60, 3), index="same", deterministic=True),
     case("empty_index_4x3_from_0x3", ["quick"], shape=(4, 3), index_shape=(0, 3)),
     case("empty_input_0x3", shape=(0, 3), index_shape=(0, 3)),
-    # On the GPU: the acceptance shapes of issue 5.
+    # On the GPU: the acceptance shapes.
     case("gpu_expanded_rows_1Mix64", ["gpu"], shape=(_MI, 64), index_shape=(_MI, 64), index_layout="expanded",
          dtypes=_F32, grad=False),
     case("gpu_expanded_rows_1Mix64_deterministic", ["gpu"], shape=(_MI, 64), index_shape=(_MI, 64),
@@ -301,7 +301,7 @@ SCATTER_ADD_SUITES = {
         case("embedding_bwd_128256x4096_8192tok", shape=(128256, 4096), index_shape=(8192, 4096), index="skewed",
              index_layout="expanded", dtypes=_BF16),
     ],
-    # Issue 5: 64Mi fp32 into 1Mi rows (expanded row index, and the 1-D form with a 64Mi index),
+    # Acceptance: 64Mi fp32 into 1Mi rows (expanded row index, and the 1-D form with a 64Mi index),
     # and every index on the same destination.
     "acceptance": [
         case("expanded_rows_1Mix64", shape=(_MI, 64), index_shape=(_MI, 64), index_layout="expanded", dtypes=_F32),
