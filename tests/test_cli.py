@@ -131,3 +131,13 @@ def test_cli_tune_names_a_case_the_suite_does_not_hold(capsys):
     assert main(["tune", "matmul", "--cases", "no_such_case"]) == 2
     out = capsys.readouterr().out
     assert "no case named no_such_case in suite 'llama3-8b' of matmul" in out and "qkv_8192x6144x4096" in out
+
+
+def test_version_prints_the_package_version(capsys):
+    import roofkit
+    from roofkit.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"roofkit {roofkit.__version__}"

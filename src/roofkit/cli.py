@@ -353,6 +353,9 @@ def cmd_report(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="roofkit", description="Verified Triton kernels, placed on the roofline of this GPU.")
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"roofkit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="registered ops, their dtypes, cases, suites and providers")
