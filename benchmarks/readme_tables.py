@@ -1,0 +1,103 @@
+"""README's results tables, generated from the committed records (never typed by hand).
+
+    python benchmarks/readme_tables.py           # rewrite the block between the README's markers
+    python benchmarks/readme_tables.py --check   # exit 1 if the README's block is not what the records give
+
+For every llama3-8b case of every registered op: the newest committed record of roofkit on it
+(benchmarks/results/**/results.json, by the record file's date), and from the same run the fastest
+other provider whose result verified. One table per op family (the spec's test marker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BEGIN, END = "<!-- results:begin (benchmarks/readme_tables.py) -->", "<!-- results:end -->"
+SUITE = "llama3-8b"
+
+
+def _runs():
+    """(date, file, records) of every committed bench run, oldest first."""
+    runs = []
+    for path in sorted((ROOT / "benchmarks" / "results").rglob("results.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or "records" not in data:
+            continue
+        date = str(data.get("environment", {}).get("date", path.parent.name))
+        runs.append((date, path.relative_to(ROOT).as_posix(), data["records"], data.get("environment", {})))
+    return sorted(runs, key=lambda r: r[0])
+
+
+def _ms(r):
+    return r.get("median_ms") if r.get("status") == "ok" else None
+
+
+def tables() -> str:
+    sys.path.insert(0, str(ROOT / "src"))
+    from roofkit.harness import registry
+
+    runs = _runs()
+    rows, missing, sources = [], [], set()
+    for spec in registry.all_specs():
+        for case in spec.suites.get(SUITE, []):
+            for dtype in spec.case_dtypes(case):
+                dname = str(dtype).removeprefix("torch.")
+                found = None
+                for date, path, records, env in reversed(runs):
+                    mine = [r for r in records if r.get("op") == spec.name and r.get("case") == case.name
+                            and r.get("dtype") == dname]
+                    ours = [r for r in mine if r.get("provider") == "roofkit" and _ms(r)]
+                    if ours:
+                        found = (date, path, ours[0], [r for r in mine if r.get("provider") != "roofkit"], env)
+                        break
+                label = case.name if dname == "bfloat16" else f"{case.name} ({dname})"
+                if found is None:
+                    missing.append(f"{spec.name} {label}")
+                    continue
+                date, path, ours, others, env = found
+                sources.add(f"{path} ({env.get('gpu', '?')}, {date[:10]})")
+                timed = [r for r in others if _ms(r) and r.get("verified")]
+                best = min(timed, key=_ms) if timed else None
+                roof = f"{ours['roof_pct']:.0f}" if ours.get("roof_pct") is not None else ""
+                mark = "" if ours.get("verified") else " (unverified)"
+                other = f"{best['provider']} {_ms(best):.4g}" if best else "none timed"
+                ratio = f"{_ms(best) / _ms(ours):.2f}x" if best else ""
+                rows.append(f"| {spec.name} | {label} | {_ms(ours):.4g}{mark} | {roof} | {other} | {ratio} |")
+    out = ["| op | llama3-8b case | roofkit ms | % of roof | fastest other verified, ms | roofkit vs it |",
+           "| --- | --- | --- | --- | --- | --- |", *rows, ""]
+    if missing:
+        out += ["Not measured yet: " + ", ".join(missing) + ".", ""]
+    out += ["Records: " + "; ".join(sorted(sources)) + "."]
+    return "\n".join(out)
+
+
+def _block(text: str) -> tuple[int, int]:
+    a, b = text.find(BEGIN), text.find(END)
+    if a < 0 or b < a:
+        raise SystemExit(f"README.md has no block between {BEGIN!r} and {END!r}")
+    return a + len(BEGIN), b
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 when the README's block differs")
+    args = p.parse_args(argv)
+    text = README.read_text()
+    a, b = _block(text)
+    new = "\n" + tables() + "\n"
+    if args.check:
+        if text[a:b] != new:
+            print("README.md's results tables differ from the records: run python benchmarks/readme_tables.py")
+            return 1
+        return 0
+    README.write_text(text[:a] + new + text[b:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
