@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU runs, by named step:   bash benchmarks/gpu.sh STEP...
 # Outputs under $OUT/run (benchmarks/gpu_env.sh); a short summary per step on stdout.
+# measure:  roofkit device --measure (this GPU's copy / read bandwidth and GEMM rates, cached)
+# slow:     pytest -m slow (the > 2**31-element cases)
 # tests:    the GPU tests of the op runtime and its plans, attention (large logits), the norms,
 #           softmax, reductions, cross_entropy, matmul, scatter, compact and the autotuner
 #           (pytest -m gpu; tests/test_plans.py runs in full)
@@ -18,6 +20,10 @@ set -uo pipefail
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
+    measure) timeout ${T:-300} python3 -m roofkit.cli device --measure --json "$R/device.json" > "$R/device.txt" 2>&1
+           echo "rc=$?"; tail -12 "$R/device.txt" ;;
+    slow) timeout ${T:-500} python3 -m pytest -q -m slow -p no:cacheprovider ${K:+-k "$K"} > "$R/pytest-gpu-slow.txt" 2>&1
+           echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-slow.txt" | tail -12 ;;
     tests) timeout ${T:-300} python3 -m pytest -q -m "not slow" -p no:cacheprovider tests/test_plans.py \
              > "$R/pytest-gpu-plans.txt" 2>&1; echo "plans rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-plans.txt" | tail -8
            timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_runtime.py \

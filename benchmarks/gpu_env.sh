@@ -1,4 +1,4 @@
-# Sourced by the GPU session scripts (bash benchmarks/gpu_session6.sh, gpu_next.sh): outputs under
+# Sourced by benchmarks/gpu.sh (and by hand before a probe): outputs under
 # $OUT/run (R), the repository's sources first on PYTHONPATH, a per-run cache (autotuner,
 # ceilings), the peer wheels of .peers/ when carried, and the GPU's identity and clocks printed.
 OUT=${OUT:-/tmp/roofkit-out}; R=$OUT/run; mkdir -p "$R"
