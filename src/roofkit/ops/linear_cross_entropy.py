@@ -103,6 +103,19 @@ def _denominator(target: torch.Tensor, weight: torch.Tensor | None, ignore_index
     return torch.where(inside, w, 0.0).sum()
 
 
+def _chunk_grads(g: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, dx_rows: torch.Tensor | None,
+                 dw: torch.Tensor | None, db32: torch.Tensor | None, first: bool) -> None:
+    """One chunk's share of the gradients from its logit gradient ``g``: its rows of the input
+    gradient, and (written by the first chunk, added in place by the others) the weight's and
+    the bias's; None: not wanted."""
+    if dx_rows is not None:
+        _matmul_into(g, w, dx_rows)
+    if dw is not None:
+        _matmul_into(g.t(), xs, dw, beta=0.0 if first else 1.0)
+    if db32 is not None:
+        db32 += g.sum(0, dtype=torch.float32)
+
+
 def _lce_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: torch.Tensor,
              weight: torch.Tensor | None, ignore_index: int, reduction: str, label_smoothing: float,
              with_grads: bool, grad_input: bool, grad_weight: bool
@@ -138,12 +151,8 @@ def _lce_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target: t
         else:
             total += loss
         if with_grads:  # logits now hold the chunk's logit gradient
-            if grad_input:
-                _matmul_into(logits, w, dx[start:start + step])
-            if grad_weight:
-                _matmul_into(logits.t(), xs, dw, beta=0.0 if start == 0 else 1.0)
-            if b is not None:
-                db32 += logits.sum(0, dtype=torch.float32)
+            _chunk_grads(logits, xs, w, dx[start:start + step] if grad_input else None,
+                         dw if grad_weight else None, db32 if b is not None else None, start == 0)
         del logits
     if none:
         return rows, dx, dw, db32
@@ -204,12 +213,8 @@ def _lce_bwd(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
                                True, grad_into=logits, stats=stats)
         if stats is None:
             _scale_grad(logits, grad.float()[start:start + step])
-        if grad_input:
-            _matmul_into(logits, w, dx[start:start + step])
-        if grad_weight:
-            _matmul_into(logits.t(), xs, dw, beta=0.0 if start == 0 else 1.0)
-        if b is not None:
-            db32 += logits.sum(0, dtype=torch.float32)
+        _chunk_grads(logits, xs, w, dx[start:start + step] if grad_input else None, dw if grad_weight else None,
+                     db32 if b is not None else None, start == 0)
         del logits
     db = db32.to(b.dtype) if b is not None else torch.empty((0,), dtype=x.dtype, device=x.device)
     return dx, dw, db
