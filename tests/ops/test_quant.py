@@ -46,14 +46,7 @@ def test_quantize_matches_exact_reference(device):
     assert len(report.rows) == len(cases)
 
 
-def test_dequantize_matches_float64_reference(device):
-    report = verify_op(quant.DEQUANTIZE_SPEC, cases=_cpu_cases(quant.DEQUANTIZE_SPEC), seeds=2, device=device)
-    assert report.rows and report.passed, report.summary()
-
-
-def test_int8_matmul_matches_float64_reference(device):
-    report = verify_op(quant.INT8_MATMUL_SPEC, cases=_cpu_cases(quant.INT8_MATMUL_SPEC), seeds=2, device=device)
-    assert report.rows and report.passed, report.summary()
+# (Every registry case, in every dtype with three seeds: tests/test_ops_generic.py.)
 
 
 def test_scaled_mm_matches_float64_reference(device, fp8_inputs_comparable):
