@@ -1,4 +1,4 @@
-"""Issue 3's fused-epilogue figure with every provider interleaved in one timing run.
+"""The fused-epilogue acceptance figure with every provider interleaved in one timing run.
 
     PYTHONPATH=src python3 benchmarks/check_fused_gelu.py [--rounds N] [--json PATH]
 

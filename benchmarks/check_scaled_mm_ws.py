@@ -1,4 +1,4 @@
-"""Issue 3's fp8 figure: roofkit.scaled_mm (e4m3, default accumulation) against
+"""The fp8 acceptance figure: roofkit.scaled_mm (e4m3, default accumulation) against
 torch._scaled_mm at 8192^3, with the warp-specialized kernel (``roofkit.ops.quant._fp8_ws``)
 next to the Triton kernel it replaces, all providers interleaved in one timing run.
 

@@ -1,5 +1,5 @@
 """What each part of the ping-pong GEMM's fused epilogue costs, and whether a deeper wgmma queue
-hides the GELU better (issue 3: bias + GELU within 3 % of plain).
+hides the GELU better (the acceptance figure: bias + GELU within 3 % of plain).
 
     PYTHONPATH=src python3 benchmarks/probe_epilogue_cost.py [--set parts|forms|logistic] [--wait-depth 1 2] [--rounds N] [--json PATH]
 
@@ -12,7 +12,7 @@ the same depth. ``--set forms`` instead: plain, the GELU as built, the erfc fit 
 max(x, 0) - |x| q last step (GELU_FORM 1), and gelu / gelu_tanh / silu applied 1-3 times (EPI_REPEAT: longer
 epilogues of one kind), at WAIT_DEPTH 1: does the cost follow the instruction count, or the
 GELU's form? ``--set logistic``: plain, bias only, the GELU with the 5-term erfc fit (GELU_FORM 3,
-bfloat16's until session 10), the GELU as built (bfloat16: the logistic form x / (1 + exp(-g(x)))
+bfloat16's before the logistic form), the GELU as built (bfloat16: the logistic form x / (1 + exp(-g(x)))
 with g = x h(x^2), h of degree 4, 10 instructions per element), the same with h of degree 6
 (GELU_FORM 2, 12 instructions), gelu_tanh and silu.
 """

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/probe_gemv_evict.py [--reps N] [--json PATH]
 
-Issue 3's GEMV figure (1x4096x4096 bf16, 3000 GB/s = 11.2 us) meets the harness's cold-L2 rule:
+The GEMV acceptance figure (1x4096x4096 bf16, 3000 GB/s = 11.2 us) meets the harness's cold-L2 rule:
 the flush writes 2x L2, so the timed kernel starts with an L2 full of dirty lines, and every line
 its 32 MiB weight read allocates evicts one that must be written back first (probe_flush.py:
 cuBLAS 18.4 us after the write flush, 14.7 us after a read-only one). With the loads marked
@@ -90,8 +90,8 @@ def main():
                                          num_warps=nw)
 
     calls = {"cuBLAS": lambda: torch.matmul(x, w), "roofkit.matmul": lambda: roofkit.matmul(x, w)}
-    # (BLOCK_K, BLOCK_N, split, warps, eviction policy); run 2 of session 10: the first pair is
-    # run 1's best, the rest wider rows / other program counts, all evict-first
+    # (BLOCK_K, BLOCK_N, split, warps, eviction policy); the second run: the first pair is
+    # the first run's best, the rest wider rows / other program counts, all evict-first
     shapes = [(4096, 16, 1, 8, ""), (4096, 16, 1, 8, "evict_first"), (256, 64, 16, 4, "evict_first"),
               (512, 128, 8, 8, "evict_first"), (256, 256, 16, 8, "evict_first"), (128, 512, 33, 8, "evict_first"),
               (1024, 64, 4, 8, "evict_first"), (512, 64, 8, 4, "evict_first"), (2048, 32, 2, 8, "evict_first")]

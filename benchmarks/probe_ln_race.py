@@ -1,11 +1,11 @@
-"""Does layer_norm's forward store row statistics that change from run to run? (session 5)
+"""Does layer_norm's forward store row statistics that change from run to run?
 
 racecheck reported a write-write hazard on the 1-D stores of mean / 1/std (the copies a row's
 threads hold were gathered through shared memory). This probe runs the forward on small shapes
 and the acceptance shape, ``reps`` times each, and counts calls whose mean / rstd differ bitwise
 from the first call's; it also times the acceptance forward. Run it under
 ``compute-sanitizer --tool racecheck --racecheck-report hazard`` to see the values of any hazard.
-(Session 5's run 4 compared two forms that are gone: the 1-D store of the copies as computed,
+(An earlier run compared two forms that are gone: the 1-D store of the copies as computed,
 and copies made identical by an exact max first, which cost 7 %; the stores now come from the
 tile's layout, one thread per row.)
 

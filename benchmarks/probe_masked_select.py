@@ -1,4 +1,4 @@
-"""Where does masked_select's time go at low keep ratios? (session 6)
+"""Where does masked_select's time go at low keep ratios?
 
 At 5 % kept, masked_select (136.8 us) trails compact (102 us) by ~35 us, more than the copy-out of
 the kept elements should cost (13 MB read + written, ~8 us). This probe times, with the harness

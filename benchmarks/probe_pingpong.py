@@ -1,4 +1,4 @@
-"""The Gluon ping-pong GEMM (``roofkit.ops._gemm_ws``) on the GPU: verify, then time (issue 3).
+"""The Gluon ping-pong GEMM (``roofkit.ops._gemm_ws``) on the GPU: verify, then time.
 
     PYTHONPATH=src python3 benchmarks/probe_pingpong.py [--quick] [--json PATH]
 
@@ -34,7 +34,7 @@ PP = [Config(128, 128, 64, 8, 4, 4, kind="pingpong", persistent=True),
       Config(128, 128, 64, 8, 4, 5, kind="pingpong", persistent=True),
       Config(64, 256, 64, 8, 4, 4, kind="pingpong", persistent=True)]
 TRITON_DEFAULT = Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True)
-TRITON_GELU_TUNED = Config(128, 256, 64, 8, 8, 4, kind="ptr")  # the tuner's pick in session 6
+TRITON_GELU_TUNED = Config(128, 256, 64, 8, 8, 4, kind="ptr")  # an earlier tuner's pick
 ACTS = [None, "relu", "gelu", "gelu_tanh", "silu"]
 
 

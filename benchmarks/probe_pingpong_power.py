@@ -1,4 +1,4 @@
-"""Why does the ping-pong GEMM's GELU epilogue cost ~20 % (session 8, run 2)? Two hypotheses:
+"""Why does the ping-pong GEMM's GELU epilogue cost ~20 %? Two hypotheses:
 (1) the epilogue does not overlap the other consumer's main loop; (2) it overlaps, but the SM's
 extra FP32 / SFU work lowers the clock under the board's power limit.
 

@@ -1,4 +1,4 @@
-"""Forward attention launch-configuration sweep on the GPU (issue 4): tile configurations x K/V
+"""Forward attention launch-configuration sweep on the GPU: tile configurations x K/V
 load path (tensor descriptors or pointers) on the acceptance shapes, torch SDPA's flash and
 cuDNN backends alongside.
 

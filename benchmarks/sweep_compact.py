@@ -1,4 +1,4 @@
-"""Compaction variant sweep on the GPU (issue 5): every kernel variant of roofkit.ops.compact
+"""Compaction variant sweep on the GPU: every kernel variant of roofkit.ops.compact
 (VARIANT) with a few tile / warp settings, 64Mi fp32 at 0 / 5 / 50 / 95 % kept, against torch.
 
     PYTHONPATH=src python3 benchmarks/sweep_compact.py [--json PATH] [--quick]

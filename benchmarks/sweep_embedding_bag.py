@@ -1,4 +1,4 @@
-"""embedding_bag sweep on the GPU (issue 5): forward and backward launch options on the dlrm
+"""embedding_bag sweep on the GPU: forward and backward launch options on the dlrm
 suite (1M x 128 fp32 table, 65536 bags of 32 indices, uniform and power law, sum mode) next to
 torch.nn.functional.embedding_bag.
 

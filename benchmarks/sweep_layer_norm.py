@@ -1,6 +1,6 @@
-"""layer_norm backward launch sweep on the GPU (issue 5): rows per tile, warps, programs per SM and
+"""layer_norm backward launch sweep on the GPU: rows per tile, warps, programs per SM and
 row-loop pipelining depth at the acceptance shape 32768 x 4096 bf16, next to torch's backward.
-(Session 5's run also tried the two row sums as one two-operand reduction: no consistent gain,
+(An earlier run also tried the two row sums as one two-operand reduction: no consistent gain,
 removed.)
 
     PYTHONPATH=src python3 benchmarks/sweep_layer_norm.py [--json PATH]

@@ -1,4 +1,4 @@
-"""Matmul launch-configuration sweep on the GPU (issue 3): every configuration on the acceptance
+"""Matmul launch-configuration sweep on the GPU: every configuration on the acceptance
 shapes, each output checked against torch (relative L2) before it is timed, cuBLAS alongside.
 
     python3 benchmarks/sweep_matmul.py [--quick] [--json PATH]
@@ -111,7 +111,7 @@ def main():
     flat = [Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True, flatten=True),
             Config(128, 256, 64, 8, 8, 4, kind="tma", persistent=True, flatten=True),
             Config(128, 128, 64, 8, 8, 4, kind="tma", persistent=True, flatten=True)]
-    # Session 6: can a second CTA per SM hide the GELU epilogue behind the other CTA's main loop?
+    # Can a second CTA per SM hide the GELU epilogue behind the other CTA's main loop?
     # (one warpgroup of 4 warps per 128x128 tile, two resident CTAs; warp specialization)
     overlap = [Config(128, 256, 64, 8, 8, 3, kind="tma", persistent=True),
                Config(128, 128, 64, 8, 4, 3, kind="tma", persistent=True, ctas_per_sm=2),

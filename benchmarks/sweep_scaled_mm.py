@@ -1,4 +1,4 @@
-"""scaled_mm (fp8 e4m3) tile sweep on the GPU (issue 3): default accumulation (partial sums
+"""scaled_mm (fp8 e4m3) tile sweep on the GPU: default accumulation (partial sums
 promoted to fp32 every BLOCK_K of K) with tiles whose promotion buffer fits the registers
 (256 x 128 over 16 warps: 64 + 64 accumulator registers per thread, against 128 + 128 for
 128 x 256 over 8), next to torch._scaled_mm with and without fast accumulation, at 8192^3.

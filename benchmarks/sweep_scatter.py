@@ -1,7 +1,7 @@
-"""index_add atomic-path sweep on the GPU (issue 5): the index range check before the adds (its
+"""index_add atomic-path sweep on the GPU: the index range check before the adds (its
 wait overlapping the copy, ``PRECHECK_MIN_WIDTH``) or inside the atomic kernel (a wait at the
 end), tile size and warps, on the acceptance shapes (1Mi x 64 fp32 rows from 1Mi indices; 64Mi
-1-D contributions into 1Mi) next to torch.index_add. (Session 5's first run also tried four-wide
+1-D contributions into 1Mi) next to torch.index_add. (An earlier run also tried four-wide
 vector reductions, ``red.global.add.v4.f32`` through inline PTX: no gain, removed.)
 
     PYTHONPATH=src python3 benchmarks/sweep_scatter.py [--json PATH]
