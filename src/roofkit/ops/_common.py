@@ -90,6 +90,12 @@ def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES) -> None:
     )
 
 
+def check_same_dtype(op: str, name: str, t: torch.Tensor, ref: torch.Tensor, ref_name: str = "input") -> None:
+    """TypeError naming ``op`` unless ``t`` (argument ``name``) has ``ref``'s dtype."""
+    if t.dtype != ref.dtype:
+        raise TypeError(f"roofkit.{op}: {name} dtype {t.dtype} differs from {ref_name} dtype {ref.dtype}")
+
+
 def check_same_device(op: str, name: str, t: torch.Tensor, ref: torch.Tensor) -> None:
     if t.device != ref.device:
         raise ValueError(f"roofkit.{op}: {name} is on {t.device} but input is on {ref.device}")

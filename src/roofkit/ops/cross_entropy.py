@@ -43,7 +43,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
-from ._common import (FLOAT_DTYPES, INTERPRETED, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
+from ._common import (FLOAT_DTYPES, INTERPRETED, bf16_rne, check_same_device, check_same_dtype, check_tensor, copy_to_host_async,
                       device_index, needs_int64, registers_per_sm, shared_memory_limits, sm_count, cdiv, next_pow2)
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
@@ -1032,8 +1032,7 @@ def cross_entropy(
         check_same_device(op, "weight", weight, input)
         if tuple(weight.shape) != (c,):
             raise ValueError(f"roofkit.{op}: weight must have shape ({c},) (one per class), got {tuple(weight.shape)}")
-        if weight.dtype != input.dtype:
-            raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
+        check_same_dtype(op, "weight", weight, input)
         if weight.requires_grad and torch.is_grad_enabled():
             raise RuntimeError(f"roofkit.{op}: not differentiable with respect to weight (detach it), as in torch")
         weight = weight.contiguous()

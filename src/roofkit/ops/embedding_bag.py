@@ -43,7 +43,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, copy_to_host_async,
+from ._common import (FLOAT_DTYPES, bf16_rne, check_same_device, check_same_dtype, check_tensor, copy_to_host_async,
                       needs_int64, sm_count, cdiv, next_pow2)
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
@@ -1097,9 +1097,7 @@ def embedding_bag(
             raise NotImplementedError(f"roofkit.{op}: per_sample_weights is only supported for mode='sum' "
                                       f"(got mode={mode!r})")
         _check_companion(op, "per_sample_weights", psw, input, FLOAT_DTYPES)
-        if psw.dtype != weight.dtype:
-            raise TypeError(f"roofkit.{op}: per_sample_weights dtype {psw.dtype} differs from "
-                            f"weight dtype {weight.dtype}")
+        check_same_dtype(op, "per_sample_weights", psw, weight, "weight")
         if tuple(psw.shape) != tuple(input.shape):
             raise ValueError(f"roofkit.{op}: per_sample_weights must have input's shape {tuple(input.shape)}, "
                              f"got {tuple(psw.shape)}")

@@ -25,7 +25,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor
+from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_same_dtype, check_tensor
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
 
@@ -172,8 +172,7 @@ def _prepare(op: str, gate, up) -> tuple[torch.Tensor, torch.Tensor]:
     check_tensor(op, "gate", gate)
     check_tensor(op, "up", up)
     check_same_device(op, "up", up, gate)
-    if up.dtype != gate.dtype:
-        raise TypeError(f"roofkit.{op}: up dtype {up.dtype} differs from gate dtype {gate.dtype}")
+    check_same_dtype(op, "up", up, gate, "gate")
     if up.shape != gate.shape:
         raise ValueError(f"roofkit.{op}: gate and up must have the same shape, got {tuple(gate.shape)} and "
                          f"{tuple(up.shape)} (no broadcasting)")

@@ -29,7 +29,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_tensor, next_pow2, sm_count, cdiv
+from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_same_dtype, check_tensor, next_pow2, sm_count, cdiv
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
 from .rms_norm import _as_shape
@@ -525,8 +525,7 @@ def _check_param(op: str, name: str, t, input: torch.Tensor, normalized_shape: t
     check_same_device(op, name, t, input)
     if tuple(t.shape) != normalized_shape:
         raise ValueError(f"roofkit.{op}: {name} must have shape {normalized_shape} (normalized_shape), got {tuple(t.shape)}")
-    if t.dtype != input.dtype:
-        raise TypeError(f"roofkit.{op}: {name} dtype {t.dtype} differs from input dtype {input.dtype}")
+    check_same_dtype(op, name, t, input)
     return t.contiguous()
 
 

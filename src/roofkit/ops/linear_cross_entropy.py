@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..harness import baselines
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, cdiv, check_same_device, check_tensor
+from ._common import FLOAT_DTYPES, cdiv, check_same_device, check_same_dtype, check_tensor
 from ._runtime import Op, needs_grad, planned
 from .cross_entropy import (_checks_targets, _cross_entropy_forward, _mean_statistics, _scale_grad,
                             cross_entropy_reference)
@@ -335,8 +335,7 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
     check_tensor(op, "input", input)
     check_tensor(op, "linear_weight", linear_weight)
     check_same_device(op, "linear_weight", linear_weight, input)
-    if linear_weight.dtype != input.dtype:
-        raise TypeError(f"roofkit.{op}: linear_weight dtype {linear_weight.dtype} differs from input dtype {input.dtype}")
+    check_same_dtype(op, "linear_weight", linear_weight, input)
     if input.dim() < 1 or linear_weight.dim() != 2 or linear_weight.shape[1] != input.shape[-1]:
         raise ValueError(f"roofkit.{op}: input (..., H) and linear_weight (V, H) must share H; got "
                          f"{tuple(input.shape)} and {tuple(linear_weight.shape)}")

@@ -27,7 +27,8 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2, rows_of, sm_count
+from ._common import (FLOAT_DTYPES, bf16_rne, cdiv, check_same_device,
+                      check_same_dtype, check_tensor, next_pow2, rows_of, sm_count)
 from ._runtime import Op, Plans, cached_launch, fast_path_ok, needs_grad, planned
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -419,8 +420,7 @@ def _checked(op: str, input, normalized_shape, weight, eps) -> tuple[torch.Tenso
         check_same_device(op, "weight", weight, input)
         if tuple(weight.shape) != normalized_shape:
             raise ValueError(f"roofkit.{op}: weight must have shape {normalized_shape}, got {tuple(weight.shape)}")
-        if weight.dtype != input.dtype:
-            raise TypeError(f"roofkit.{op}: weight dtype {weight.dtype} differs from input dtype {input.dtype}")
+        check_same_dtype(op, "weight", weight, input)
         weight = weight.contiguous()
     if eps is None:
         eps = DEFAULT_EPS
@@ -740,8 +740,7 @@ def add_rms_norm(
     check_tensor(op, "residual", residual)
     weight, eps = _checked(op, input, normalized_shape, weight, eps)
     check_same_device(op, "residual", residual, input)
-    if residual.dtype != input.dtype:
-        raise TypeError(f"roofkit.{op}: residual dtype {residual.dtype} differs from input dtype {input.dtype}")
+    check_same_dtype(op, "residual", residual, input)
     if residual.shape != input.shape:
         raise ValueError(f"roofkit.{op}: residual must have input's shape {tuple(input.shape)}, got "
                          f"{tuple(residual.shape)}")

@@ -28,7 +28,8 @@ import triton.language as tl
 
 from ..harness import baselines
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_tensor, next_pow2, sm_count
+from ._common import (FLOAT_DTYPES, bf16_rne, cdiv, check_same_device,
+                      check_same_dtype, check_tensor, next_pow2, sm_count)
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
 
@@ -255,8 +256,7 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     if isinstance(unsqueeze_dim, bool) or not isinstance(unsqueeze_dim, numbers.Integral) or unsqueeze_dim not in (1, 2):
         raise ValueError(f"roofkit.{op}: unsqueeze_dim must be the int 1 or 2, got {unsqueeze_dim!r}")
     unsqueeze_dim = int(unsqueeze_dim)
-    if k.dtype != q.dtype:
-        raise TypeError(f"roofkit.{op}: k dtype {k.dtype} differs from q dtype {q.dtype}")
+    check_same_dtype(op, "k", k, q, "q")
     if cos.dtype != sin.dtype or cos.dtype not in (q.dtype, torch.float32):
         raise TypeError(f"roofkit.{op}: cos and sin must both have q's dtype ({q.dtype}) or float32; got "
                         f"{cos.dtype} and {sin.dtype}")

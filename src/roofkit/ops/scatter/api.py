@@ -9,7 +9,7 @@ import numbers
 
 import torch
 
-from .._common import check_same_device, check_tensor, normalize_dim, on_input_device
+from .._common import check_same_device, check_same_dtype, check_tensor, normalize_dim, on_input_device
 from ._launch import _scatter_add_forward, _scatter_gather_backward
 
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -74,8 +74,7 @@ def _check_common(op: str, input, index, src, src_name: str) -> None:
     check_tensor(op, src_name, src)
     check_same_device(op, "index", index, input)
     check_same_device(op, src_name, src, input)
-    if src.dtype != input.dtype:
-        raise TypeError(f"roofkit.{op}: {src_name} dtype {src.dtype} differs from input dtype {input.dtype}")
+    check_same_dtype(op, src_name, src, input)
 
 
 def _resolve_deterministic(op: str, deterministic) -> bool:
