@@ -160,7 +160,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import mangle_type
 ws = importlib.import_module("roofkit.ops._gemm_ws")
 out = []
-for bm, bn, bk, stages, act, b_t, dt, odt in json.loads(sys.argv[1]):
+for bm, bn, bk, stages, act, b_t, dt, odt, c_tma in json.loads(sys.argv[1]):
     dt, odt = getattr(torch, dt), getattr(torch, odt)
     def desc(block, dtype):
         t = torch.empty((1024, 1024), dtype=dtype)
@@ -168,10 +168,10 @@ for bm, bn, bk, stages, act, b_t, dt, odt in json.loads(sys.argv[1]):
                                 gl.NVMMASharedLayout.get_default_for(block, ws._GL_DTYPES[dtype]))
     descs = [desc([bm, bk], dt), desc([bn, bk] if b_t else [bk, bn], dt), desc([bm, bn], odt)]
     sig = {"a_desc": mangle_type(descs[0]), "b_desc": mangle_type(descs[1]), "out_desc": mangle_type(descs[2]),
-           "c_ptr": "*fp16", "bias_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32",
+           "c_desc": mangle_type(descs[2]), "c_ptr": "*fp16", "bias_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32",
            "beta": "fp32", "s_cm": "i32", "s_cn": "i32"}
     launch, consumer, producer = ws.register_split(65536)  # the sm_90 register file
-    consts = {"A_T": False, "B_T": bool(b_t), "HAS_C": False, "HAS_BIAS": True, "ACTIVATION": act, "GROUP_M": 8,
+    consts = {"A_T": False, "B_T": bool(b_t), "HAS_C": c_tma, "C_TMA": c_tma, "HAS_BIAS": True, "ACTIVATION": act, "GROUP_M": 8,
               "STAGES": stages, "CONSUMER_REGS": consumer, "PRODUCER_REGS": producer, "SERIAL": False, "EPI_REPEAT": 1,
               "WAIT_DEPTH": 1, "HAS_ALPHA": True, "GELU_FORM": 0}
     sig.update({name: "constexpr" for name in consts})
@@ -207,13 +207,16 @@ def test_pingpong_kernel_compiles_for_sm90_without_spills(tmp_path):
     # configuration asks for. Every activation form the epilogue has: the bf16 GELU takes the
     # degree-4 logistic form, the fp16 GELU the degree-6 one.
     limit = 232448
-    cases = [(mm.PINGPONG_DEFAULT, 2, False, torch.bfloat16, torch.bfloat16),
-             (PP[1], 3, False, torch.float16, torch.float16),
-             (PP[1], 2, True, torch.float16, torch.float16),
-             (PP[2], 4, True, torch.bfloat16, torch.bfloat16)]
+    # beta * c read by TMA into the output's buffer (a GEMM accumulating into its output): the
+    # default tile with a transposed A, as a chunked weight gradient has it.
+    cases = [(mm.PINGPONG_DEFAULT, 2, False, torch.bfloat16, torch.bfloat16, False),
+             (PP[1], 3, False, torch.float16, torch.float16, False),
+             (PP[1], 2, True, torch.float16, torch.float16, False),
+             (PP[2], 4, True, torch.bfloat16, torch.bfloat16, False),
+             (mm.PINGPONG_C_DEFAULT, 0, False, torch.bfloat16, torch.bfloat16, True)]
     configs = [(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, ws.ring_slots(c, dt.itemsize, odt.itemsize, limit), act, b_t,
-                str(dt)[6:], str(odt)[6:]) for c, act, b_t, dt, odt in cases]
-    assert [c[3] for c in configs] == [5, 4, 4, 4]
+                str(dt)[6:], str(odt)[6:], c_tma) for c, act, b_t, dt, odt, c_tma in cases]
+    assert [c[3] for c in configs] == [5, 4, 4, 4, 4]
     # An fp32 output's two buffers take twice the room: 64x256 tiles keep 2 slots.
     assert ws.ring_slots(PP[2], 2, 4, limit) == 2
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -339,8 +342,11 @@ def test_pingpong_is_the_default_for_16bit_outputs(dtype, out_dtype, monkeypatch
     out = torch.empty(4096, 2048, device="cuda", dtype=out_dtype)
     pingpong = out_dtype != torch.float32
     assert (mm._default_config(a, b, out).kind == "pingpong") == pingpong
-    # not offered with c (the Triton kernels take it)
-    assert not mm._pingpong_ok(a, b, out, torch.zeros_like(out)) and mm._pingpong_ok(a, b, out) == pingpong
+    # offered with a c it can load by TMA (the output's shape, dtype and row layout), not with
+    # a strided or broadcast one (the Triton kernels take those)
+    assert mm._pingpong_ok(a, b, out) == pingpong and mm._pingpong_ok(a, b, out, torch.zeros_like(out)) == pingpong
+    assert not mm._pingpong_ok(a, b, out, torch.zeros(out.shape[1], out.shape[0], device="cuda", dtype=out.dtype).t())
+    assert not mm._pingpong_ok(a, b, out, torch.zeros(out.shape[1], device="cuda", dtype=out.dtype).expand(out.shape))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         got = matmul(a, b, bias=bias, activation="gelu", out_dtype=out_dtype)
@@ -348,3 +354,47 @@ def test_pingpong_is_the_default_for_16bit_outputs(dtype, out_dtype, monkeypatch
     ref = F.gelu(a.double() @ b.double() + bias.double())
     assert got.dtype == out_dtype
     _check(got, ref, F.gelu((torch.matmul(a, b) + bias).to(out_dtype)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the ping-pong kernel needs a Hopper GPU")
+@pytest.mark.parametrize("m,n,k", [(4096, 2048, 256), (4000, 2104, 200)])
+def test_pingpong_accumulates_into_its_output(m, n, k):
+    # out += a @ b in place, a transposed (a chunked weight gradient: logit gradient^T @ input),
+    # c read by TMA from the output itself, three chunks accumulated, ragged edges; against the
+    # float64 sum of the rounded steps. (At least two 128 x 128 tiles per SM: the default.)
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    out = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    assert ws.c_loadable(out, out)
+    ran = []
+    real = ws.launch
+    try:
+        ws.launch = lambda *args: ran.append(real(*args)) or ran[-1]
+        for step in range(3):
+            a = torch.randn(k, m, device="cuda", dtype=torch.bfloat16, generator=g).t()
+            b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g)
+            before = out.double()
+            mm._matmul_into(a, b, out, beta=1.0)
+            torch.cuda.synchronize()
+            exact = before + a.double() @ b.double()
+            tor = (torch.matmul(a, b).float() + before.float()).to(torch.bfloat16)
+            _check(out, exact, tor)
+    finally:
+        ws.launch = real
+    assert ran and all(ran), ran  # the ping-pong kernel ran every step
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the ping-pong kernel needs a Hopper GPU")
+def test_pingpong_strided_c_takes_per_element_loads():
+    # A c the TMA load cannot take (column-major) still gives the right sum through the kernel's
+    # per-element loads when launched directly.
+    m, n, k = 1000, 1200, 300
+    a, b, bias, _ = _operands(m, n, k, "nn", torch.bfloat16, seed=7)
+    c = torch.randn(n, m, device="cuda", dtype=torch.bfloat16).t()
+    assert not ws.c_loadable(c, torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert ws.launch(mm.PINGPONG_DEFAULT, a, b, c, bias, out, 1.0, 0.5, mm.ACTIVATIONS[None])
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double() + 0.5 * c.double() + bias.double()
+    _check(out, ref, (torch.matmul(a, b).float() + 0.5 * c.float() + bias.float()).to(torch.bfloat16))

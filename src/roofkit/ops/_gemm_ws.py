@@ -253,8 +253,9 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-              W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
+def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, c_ready, out_desc, c_desc, c_ptr, bias_ptr, M, N, K, alpha,
+              beta, s_cm, s_cn, W: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr,
+              C_TMA: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SERIAL: gl.constexpr,
               EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr,
               GELU_FORM: gl.constexpr):
@@ -279,6 +280,12 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
         tile_m, tile_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         off_m = tile_m * BLOCK_M
         off_n = tile_n * BLOCK_N
+        if C_TMA:
+            # c's tile comes by TMA into this consumer's output buffer while the main loop runs
+            # (its previous store must have read the buffer first).
+            tma.store_wait(0)
+            mbarrier.expect(c_ready.index(W), c_desc.block_type.nbytes)
+            _tma_load(c_desc, [off_m, off_n], c_ready.index(W), c_smem)
         cnt = i * k_tiles
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout)
         first = cnt
@@ -309,10 +316,16 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
         if HAS_ALPHA:
             acc = acc * alpha
         if HAS_C:
-            rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
-            mask = (rm < M)[:, None] & (rn < N)[None, :]
-            cv = gl.load(c_ptr + rm.to(gl.int64)[:, None] * s_cm + rn.to(gl.int64)[None, :] * s_cn, mask=mask,
-                         other=0.0)
+            if C_TMA:
+                # Each warp reads back the rows it later overwrites in the same layout: no
+                # other warp's write can land before its read.
+                mbarrier.wait(c_ready.index(W), j & 1)
+                cv = c_smem.load(mma_layout)
+            else:
+                rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
+                mask = (rm < M)[:, None] & (rn < N)[None, :]
+                cv = gl.load(c_ptr + rm.to(gl.int64)[:, None] * s_cm + rn.to(gl.int64)[None, :] * s_cn, mask=mask,
+                             other=0.0)
             acc += beta * cv.to(gl.float32)
         if HAS_BIAS:
             bv = gl.load(bias_ptr + rn, mask=rn < N, other=0.0)
@@ -347,8 +360,9 @@ def _consumer(a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_
 
 
 @gluon.jit
-def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                      A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr,
+def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
+                      A_T: gl.constexpr, B_T: gl.constexpr, HAS_C: gl.constexpr, C_TMA: gl.constexpr,
+                      HAS_BIAS: gl.constexpr,
                       ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SERIAL: gl.constexpr,
                       EPI_REPEAT: gl.constexpr, WAIT_DEPTH: gl.constexpr, HAS_ALPHA: gl.constexpr,
@@ -359,17 +373,21 @@ def _matmul_ws_kernel(a_desc, b_desc, out_desc, c_ptr, bias_ptr, M, N, K, alpha,
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    c_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=1)
     for w in gl.static_range(2):
         mbarrier.init(turn.index(w), count=1)
+        mbarrier.init(c_ready.index(w), count=1)
     fence_async_shared()
     gl.warp_specialize([
-        (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     0, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA, GELU_FORM)),
-        (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, out_desc, c_ptr, bias_ptr, M, N, K, alpha, beta, s_cm, s_cn,
-                     1, A_T, B_T, HAS_C, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL, EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA, GELU_FORM)),
+        (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, c_ready, out_desc, c_desc, c_ptr, bias_ptr, M, N, K,
+                     alpha, beta, s_cm, s_cn, 0, A_T, B_T, HAS_C, C_TMA, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL,
+                     EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA, GELU_FORM)),
+        (_consumer, (a_bufs, b_bufs, ready, empty, turn, c_bufs, c_ready, out_desc, c_desc, c_ptr, bias_ptr, M, N, K,
+                     alpha, beta, s_cm, s_cn, 1, A_T, B_T, HAS_C, C_TMA, HAS_BIAS, ACTIVATION, GROUP_M, STAGES, SERIAL,
+                     EPI_REPEAT, WAIT_DEPTH, HAS_ALPHA, GELU_FORM)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, A_T, B_T, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
@@ -391,6 +409,16 @@ def launchable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
         return False  # fp32 outputs: not measured, and the fp32 GELU epilogue spills registers (Triton 3.6)
     e = out.element_size()
     return out.stride(1) == 1 and (out.stride(0) * e) % 16 == 0 and out.data_ptr() % 16 == 0 and min(out.shape) > 0
+
+
+def c_loadable(c: torch.Tensor | None, out: torch.Tensor) -> bool:
+    """Whether ``c`` (of ``beta * c``) is read by TMA into the output's staging buffer: the
+    output's shape and dtype, rows contiguous and 16-byte aligned (``out`` itself, for a GEMM
+    accumulating into its output). Other c's take per-element loads, which spill registers."""
+    if c is None or c.dtype != out.dtype or tuple(c.shape) != tuple(out.shape) or c.dim() != 2:
+        return False
+    e = c.element_size()
+    return c.stride(1) == 1 and (c.stride(0) * e) % 16 == 0 and c.data_ptr() % 16 == 0 and c.stride(0) >= c.shape[1]
 
 
 def ring_slots(cfg, in_size: int, out_size: int, smem_per_block: int) -> int:
@@ -452,7 +480,8 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
     grid = min(tiles, sm_count(a.device))
     cs = (c.stride(0), c.stride(1)) if c is not None else (0, 0)
     launch_regs, consumer_regs, producer_regs = register_split(registers_per_sm(idx))
-    kw = dict(HAS_C=c is not None, HAS_BIAS=bias is not None, ACTIVATION=act, GROUP_M=cfg.GROUP_M, STAGES=stages,
+    c_tma = c_loadable(c, out)
+    kw = dict(HAS_C=c is not None, C_TMA=c_tma, HAS_BIAS=bias is not None, ACTIVATION=act, GROUP_M=cfg.GROUP_M, STAGES=stages,
               CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=launch_regs,
               SERIAL=bool(DIAGNOSTIC.get("SERIAL", False)), EPI_REPEAT=int(DIAGNOSTIC.get("EPI_REPEAT", 1)),
               WAIT_DEPTH=int(DIAGNOSTIC.get("WAIT_DEPTH", 1)), HAS_ALPHA=float(alpha) != 1.0,
@@ -477,8 +506,11 @@ def launch(cfg, a, b, c, bias, out, alpha, beta, act: int) -> bool:
 
         out_layout = gl.NVMMASharedLayout.get_default_for([cfg.BLOCK_M, cfg.BLOCK_N], _GL_DTYPES[out.dtype])
         out_desc = TensorDescriptor(out, [m, n], [out.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N], out_layout)
+        c_desc = out_desc
+        if c_tma and c is not out:
+            c_desc = TensorDescriptor(c, [m, n], [c.stride(0), 1], [cfg.BLOCK_M, cfg.BLOCK_N], out_layout)
         kw.update(A_T=a_t, B_T=b_t)
-        args = (a_desc, b_desc, out_desc, c if c is not None else out, bias if bias is not None else out,
+        args = (a_desc, b_desc, out_desc, c_desc, c if c is not None else out, bias if bias is not None else out,
                 m, n, k, float(alpha), float(beta), *cs)
         if key not in _BUILT:
             kernel = _matmul_ws_kernel.warmup(*args, grid=(1, ), **kw)

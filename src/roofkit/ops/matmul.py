@@ -219,19 +219,25 @@ def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.dev
 # -8 % / +3 % of the Triton 128x256 kernel (qkv 541 vs 587 us, lm_head 12.52 vs 13.04 ms), and
 # its GELU epilogue runs under the other warpgroup's main loop.
 PINGPONG_DEFAULT = Config(128, 128, 64, 8, 4, 5, kind="pingpong", persistent=True)
+# With beta * c loaded by TMA (a GEMM accumulating into its output): 4 ring slots and groups of
+# 16 tile rows. H200, 2026-12-02, 128256 x 4096 x 1024 bf16 accumulating (a chunked weight
+# gradient): 1645 us (654 TFLOP/s) against 1806 us with 5 slots and 2079 us for the Triton
+# 128x256 kernel it replaces; cuBLAS addmm_ 1678 us (benchmarks/NOTES.md, linear_cross_entropy).
+PINGPONG_C_DEFAULT = Config(128, 128, 64, 16, 4, 4, kind="pingpong", persistent=True)
 
 
 def _pingpong_ok(a, b, out, c=None) -> bool:
     """The Gluon ping-pong kernel can run this problem (Hopper, 16-bit inputs, TMA-storable
-    output) and is offered for it: not with c (its per-element c loads spill registers for
-    strided or broadcast c; the Triton kernels take those)."""
-    if c is not None or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
+    output) and is offered for it: with c only when c is TMA-loadable like the output
+    (``_gemm_ws.c_loadable``; per-element loads of a strided or broadcast c spill registers: the
+    Triton kernels take those)."""
+    if a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] != 9:
         return False
     try:
         from . import _gemm_ws
     except (ImportError, AttributeError):  # a Triton without Gluon's Hopper module, or other names
         return False
-    return _gemm_ws.launchable(a, b, out)
+    return (c is None or _gemm_ws.c_loadable(c, out)) and _gemm_ws.launchable(a, b, out)
 
 
 def _default_config(a, b, out, c=None, pingpong_ok: bool | None = None) -> Config:
@@ -244,7 +250,7 @@ def _default_config(a, b, out, c=None, pingpong_ok: bool | None = None) -> Confi
         pingpong_ok = _pingpong_ok(a, b, out, c)
     if (default.split_k == 1 and out.element_size() == 2 and m >= 256 and n >= 256
             and cdiv(m, 128) * cdiv(n, 128) >= 2 * sm_count(a.device) and pingpong_ok):
-        return PINGPONG_DEFAULT
+        return PINGPONG_DEFAULT if c is None else PINGPONG_C_DEFAULT
     return default
 
 
@@ -287,7 +293,7 @@ def _candidates(m: int, n: int, k: int, dtype: torch.dtype, device: torch.device
         # epilogue runs under the other's main loop. BLOCK_M x BLOCK_N per warpgroup.
         out += [Config(128, 128, 64, 8, 4, 4, kind="pingpong", persistent=True),
                 Config(128, 128, 64, 8, 4, 5, kind="pingpong", persistent=True),
-                Config(64, 256, 64, 8, 4, 4, kind="pingpong", persistent=True)]
+                Config(64, 256, 64, 8, 4, 4, kind="pingpong", persistent=True), PINGPONG_C_DEFAULT]
     return out
 
 
