@@ -39,17 +39,21 @@ CALLS = {"rms_norm": 0, "attention": 0, "attention_fallback": 0}
 
 
 def _roofkit_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """transformers' attention-function contract: (B, H, S, D) in, (B, S, H, D) out."""
-    sq = query.shape[2]
-    if attention_mask is not None or dropout:
+    """transformers' attention-function contract: (B, H, S, D) in, (B, S, H, D) out. The same
+    decisions as transformers' own SDPA path: its boolean / additive mask is passed on (cut to the
+    keys), and is_causal (top-left, as torch's) only without a mask and for more than one query."""
+    if dropout:
         CALLS["attention_fallback"] += 1
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     CALLS["attention"] += 1
-    causal = sq > 1 if is_causal is None else bool(is_causal and sq > 1)
-    out = roofkit.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scaling,
-                                               enable_gqa=query.shape[1] != key.shape[1])
+    if attention_mask is not None and attention_mask.dim() == 4:
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    out = roofkit.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, is_causal=causal,
+                                               scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roofkit.harness.spec import case
 from roofkit.harness.verify import verify_op
@@ -36,9 +37,14 @@ def _qkv(b, hq, hkv, sq, sk, d, device, dtype=torch.float32, seed=0, grad=False)
     return [t.requires_grad_(grad) for t in ts]
 
 
-def _ref(q, k, v, causal, scale=None):
+def _ref(q, k, v, causal, scale=None, *, flash=False, mask=None, window=(-1, -1)):
+    """float64 reference: causal aligned top-left (scaled_dot_product_attention) or, with
+    ``flash``, bottom-right (flash_attention); ``mask``: attn_mask; ``window``: (left, right)."""
     qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    out, lse = S._attention_reference(qd, kd, vd, causal, scale, True)
+    if mask is not None and mask.is_floating_point():
+        mask = mask.double()
+    window = (window[0], 0) if causal else window
+    out, lse = S._attention_reference(qd, kd, vd, mask, window, flash, scale, True)
     return (qd, kd, vd), out, lse
 
 
@@ -48,15 +54,15 @@ def _ref(q, k, v, causal, scale=None):
 
 @pytest.mark.parametrize("fwd,bwd", [((32, 16), (16, 32)), ((16, 32), (32, 16))])
 def test_attention_rectangular_tiles_causal_edges(monkeypatch, device, fwd, bwd):
-    # BLOCK_M != BLOCK_N moves the causal diagonal across tile corners differently in the forward,
-    # the dK/dV (masked query blocks, then unmasked) and the dQ kernels.
+    # BLOCK_M != BLOCK_N moves the causal diagonal (and a window's two edges) across tile corners
+    # differently in the forward, the dK/dV (masked query blocks, then unmasked) and the dQ kernels.
     monkeypatch.setattr(L, "_fwd_config", lambda *a: Config(*fwd, 4, 1))
     monkeypatch.setattr(L, "_bwd_config", lambda *a: (Config(*bwd, 4, 1), Config(*fwd, 4, 1)))
     cases = ["sq40_sk17_causal", "sq17_sk40_causal", "gqa_4_over_2_causal"]
     report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=(torch.float16,), device=device)
     assert report.passed, report.summary()
-    report = verify_op(FLASH_ATTENTION_SPEC, cases=["deterministic_backward_repeat"], seeds=1, device=device,
-                       dtypes=(torch.float32,))
+    report = verify_op(FLASH_ATTENTION_SPEC, cases=["deterministic_backward_repeat", "window_7_3_sq24_sk40"],
+                       seeds=1, device=device, dtypes=(torch.float32,))
     assert report.passed, report.summary()
 
 
@@ -127,7 +133,7 @@ def test_attention_split_kv_decoding_path(monkeypatch, device):
     # spec's sq 24 runs in the registry-wide test).
     mqa = case("mqa_4_over_1_sq5", shape=(1, 4, 5, 35, 32), hkv=1, dtypes=(torch.float16, torch.float32))
     sq17 = case("sq17_sk40_causal_h1", shape=(1, 1, 17, 40, 32), causal=True, dtypes=(torch.float16, torch.float32))
-    cases = ["causal_5q_2k_rows_0_to_2_zero", "sq1_sk37", sq17, mqa, "empty_sk0_gives_zeros"]
+    cases = ["causal_5q_2k_top_left", "sq1_sk37", sq17, mqa, "empty_sk0_gives_zeros"]
     report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=dtypes, device=device)
     assert report.passed, report.summary()
     gqa = case("lse_gqa_causal_sq8_sk40", shape=(1, 4, 8, 40, 32), hkv=2, causal=True,
@@ -233,7 +239,7 @@ def test_flash_attention_lse_gradient_flows(device):
     out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
     w = torch.randn_like(out)
     (lse.sum() * 0.7 + (out * w).sum()).backward()
-    (qd, kd, vd), ro, rl = _ref(q, k, v, True)
+    (qd, kd, vd), ro, rl = _ref(q, k, v, True, flash=True)
     (rl.sum() * 0.7 + (ro * w.double()).sum()).backward()
     for got, ref in ((q.grad, qd.grad), (k.grad, kd.grad), (v.grad, vd.grad)):
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5)
@@ -288,6 +294,9 @@ def test_attention_empty_inputs_launch_nothing(forbid_launch, device):
         out.sum().backward()
         assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
         assert (q.grad == 0).all() and (k.grad == 0).all() and (v.grad == 0).all()
+        mask = torch.ones((b, 1, sq, sk), dtype=torch.bool, device=device)
+        out = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert out.shape == (b, hq, sq, 32) and (out == 0).all()
 
 
 def test_attention_torch_compile_fullgraph(device):
@@ -299,28 +308,236 @@ def test_attention_torch_compile_fullgraph(device):
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     loss = compiled(q, k, v)
     loss.backward()
-    (qd, kd, vd), ro, rl = _ref(q, k, v, True)
+    (qd, kd, vd), ro, rl = _ref(q, k, v, True, flash=True)
     (ro.square().sum() + rl.sum()).backward()
     torch.testing.assert_close(loss.double(), (ro.square().sum() + rl.sum()).detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(q.grad.double(), qd.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(k.grad.double(), kd.grad, rtol=1e-4, atol=1e-5)
 
 
+def _grads_vs_torch(q, k, v, mask=None, causal=False, gqa=False, seed=0):
+    """roofkit's SDPA output and (dq, dk, dv) for a seeded dy, and torch's SDPA (CPU math, float64
+    from the same values; a float mask converted to float64) on the same inputs."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    out = scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
+    dy = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 50)).to(out)
+    got = (out, *torch.autograd.grad(out, (q, k, v), dy))
+    qd, kd, vd = (t.detach().cpu().double().requires_grad_(True) for t in (q, k, v))
+    md = None if mask is None else (mask.cpu().double() if mask.is_floating_point() else mask.cpu())
+    with sdpa_kernel(SDPBackend.MATH):  # torch's CPU flash path refuses a 1-D mask the math one takes
+        ref = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, attn_mask=md, is_causal=causal,
+                                                               enable_gqa=gqa)
+    want = (ref, *torch.autograd.grad(ref, (qd, kd, vd), dy.cpu().double()))
+    return got, want
+
+
+def _assert_close_all(got, want, tol):
+    for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+        assert not a.isnan().any(), name
+        torch.testing.assert_close(a.detach().cpu().double(), b, rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("sq,sk", [(5, 2), (17, 40), (40, 17)])
+def test_sdpa_is_causal_top_left_matches_torch(device, sq, sk):
+    # torch's is_causal: query i sees key j iff j <= i, whatever Sq and Sk (Sq > Sk: every row sees
+    # key 0; Sq < Sk: the last keys are seen by no row, so their dk, dv are 0).
+    q, k, v = _qkv(1, 2, 2, sq, sk, 16, device, seed=sq)
+    got, want = _grads_vs_torch(q, k, v, causal=True)
+    _assert_close_all(got, want, 1e-5)
+    if sk > sq:
+        assert (got[2][:, :, sq:] == 0).all() and (got[3][:, :, sq:] == 0).all()
+
+
+def _masks(b, hq, sq, sk, device):
+    """attn_mask variants: kind -> mask (broadcastable to (b, hq, sq, sk))."""
+    g = torch.Generator().manual_seed(11)
+    keep = torch.rand((b, 1, sq, sk), generator=g) < 0.6
+    keep[..., 0] = True
+    bias = torch.randn((b, 1, sq, sk), generator=g).masked_fill(~keep, -math.inf)
+    j = torch.arange(sk)
+    pad = torch.stack([(j >= 2 * i) & (j < sk - 3 * i) for i in range(b)]).reshape(b, 1, 1, sk)
+    out = {
+        "bool_padding_b11k": pad,
+        "bool_b1qk": keep,
+        "additive_float32_b1qk": bias,
+        "bool_2d": keep[0, 0],
+        "additive_2d_transposed": bias[0, 0].t().contiguous().t(),  # non-contiguous (Sq, Sk)
+        "bool_expanded_bhqk": keep.expand(b, hq, sq, sk),  # stride 0 over heads, as a (B, H, Sq, Sk) view
+        "bool_1d_keys": pad[-1, 0, 0],
+        "bool_0d": torch.tensor(True),
+    }
+    return {name: m.to(device) for name, m in out.items()}
+
+
+@pytest.mark.parametrize("kind", list(_masks(2, 2, 3, 5, "cpu")))
+def test_sdpa_attn_mask_matches_torch_with_gradients(device, kind):
+    # Every mask form torch takes (boolean / additive, broadcast from 0-4 dims, a stride-0 view,
+    # a transposed layout), with GQA: output and dq, dk, dv against torch's float64 SDPA. (One
+    # tile a head; the spec's mask cases run several.)
+    q, k, v = _qkv(2, 2, 1, 9, 13, 16, device, seed=5)
+    mask = _masks(2, 2, 9, 13, device)[kind]
+    got, want = _grads_vs_torch(q, k, v, mask=mask, gqa=True)
+    _assert_close_all(got, want, 1e-5)
+
+
+def test_sdpa_additive_mask_in_query_dtype_float16(device):
+    # An additive mask of query's dtype (transformers' eager masks: 0 and finfo.min) on fp16 inputs.
+    q, k, v = _qkv(2, 2, 2, 20, 27, 32, device, dtype=torch.float16, seed=8)
+    keep = torch.rand((2, 1, 20, 27), generator=torch.Generator().manual_seed(3)) < 0.7
+    keep[..., 5] = True
+    mask = torch.zeros((2, 1, 20, 27)).masked_fill(~keep, torch.finfo(torch.float16).min).half().to(device)
+    got, want = _grads_vs_torch(q, k, v, mask=mask)
+    _assert_close_all(got, want, 4e-3)
+
+
+def test_sdpa_fully_masked_rows_are_zero_like_torch(device):
+    # A row whose keys are all masked out (boolean False, or additive -inf) is 0 with zero
+    # gradients, as torch's math backend gives (never NaN). A row of finfo.min alone is no
+    # masked row: every score is shifted by the same amount, so its softmax is uniform (torch's
+    # output too; the gradients are checked against the float64 reference).
+    q, k, v = _qkv(1, 2, 2, 6, 20, 16, device, seed=2)
+    keep = torch.rand((1, 1, 6, 20), generator=torch.Generator().manual_seed(4)) < 0.5
+    keep[..., 1, :] = False
+    keep[..., 0, 0] = True
+    for mask in (keep.to(device), torch.zeros(keep.shape).masked_fill(~keep, -math.inf).to(device)):
+        got, want = _grads_vs_torch(q, k, v, mask=mask)
+        _assert_close_all(got, want, 1e-5)
+        assert (got[0][:, :, 1] == 0).all() and (got[1][:, :, 1] == 0).all()
+    bias = torch.zeros((6, 20)).masked_fill(~keep[0, 0], -math.inf)
+    bias[1] = torch.finfo(torch.float32).min
+    bias = bias.to(device)
+    qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+    out = scaled_dot_product_attention(qg, kg, vg, attn_mask=bias)
+    torch.testing.assert_close(out[:, :, 1], v.mean(dim=2), rtol=1e-5, atol=1e-6)
+    dy = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (qg, kg, vg), dy)
+    (qd, kd, vd), ro, _ = _ref(q, k, v, False, mask=bias)
+    for got, want in zip((out, *grads), (ro, *torch.autograd.grad(ro, (qd, kd, vd), dy.double()))):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_mask_broadcast_is_passed_as_strides(monkeypatch, device):
+    # The kernels read a broadcast mask through stride-0 dimensions of a view of the caller's
+    # memory (nothing materialized), a boolean one as bytes.
+    seen = []
+    launch = L.launch
+    monkeypatch.setattr(L, "launch", lambda cache, fn, grid, *a, **c: seen.append((fn, a, c))
+                        or launch(cache, fn, grid, *a, **c))
+    q, k, v = _qkv(2, 4, 2, 9, 13, 16, device, seed=1)
+    pad = (torch.arange(13) < 10).reshape(1, 1, 1, 13).expand(2, 1, 1, 13).to(device)
+    scaled_dot_product_attention(q, k, v, attn_mask=pad, enable_gqa=True)
+    fn, args, consts = next(x for x in seen if x[0] is L._attn_fwd_kernel)
+    m = args[9]
+    assert m.dtype == torch.uint8 and m.data_ptr() == pad.data_ptr() and m.stride() == (0, 0, 0, 1)
+    assert args[10 + 16:10 + 20] == (0, 0, 0, 1) and consts["HAS_MASK"] and consts["MASK_BOOL"]
+
+
+@pytest.mark.parametrize("causal,window,sq,sk", [
+    (False, (7, 3), 40, 17),
+    (True, (5, 9), 24, 40),  # causal: the right edge is 0 whatever window_size says (FlashAttention's rule)
+    (False, (0, 0), 33, 33),
+    (False, (3, -1), 24, 40),
+    (False, (-1, 2), 40, 17),
+])
+def test_flash_attention_window_matches_reference(device, causal, window, sq, sk):
+    # Sliding windows, bottom-right aligned: query i sees keys [i + Sk - Sq - left, i + Sk - Sq + right];
+    # rows that see no key give 0 and lse -inf. Output, lse and the three gradients.
+    q, k, v = _qkv(1, 2, 1, sq, sk, 16, device, grad=True, seed=sq + window[0])
+    out, lse = flash_attention(q, k, v, causal=causal, window_size=window, return_lse=True)
+    (qd, kd, vd), ro, rl = _ref(q, k, v, causal, flash=True, window=window)
+    assert torch.equal(lse.isinf(), rl.isinf())
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to(out)
+    live = rl.isfinite()
+    grads = torch.autograd.grad((out * w).sum() + lse[live].sum() * 0.3, (q, k, v))
+    want = torch.autograd.grad((ro * w.double()).sum() + rl[live].sum() * 0.3, (qd, kd, vd))
+    torch.testing.assert_close(out.double(), ro, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse[live].double(), rl[live], rtol=1e-5, atol=1e-5)
+    for got, ref in zip(grads, want):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_masks_and_window_on_the_decoding_path(monkeypatch, device):
+    # The split-KV kernels (several chunks a kv head, GQA rows of 2 heads x 3 queries) with a
+    # window, whose chunks outside the band carry lse -inf, and with attn_masks: a boolean padding
+    # mask that empties whole chunks of some batches, and an additive one.
+    monkeypatch.setattr(L, "DECODE_MIN_SK", 0)
+    monkeypatch.setattr(L, "DECODE_MIN_BLOCKS", 1)
+    monkeypatch.setattr(L, "DECODE_PROGRAMS_PER_SM", 64)
+    q, k, v = _qkv(2, 4, 2, 3, 70, 32, device, seed=4)
+    out, lse = flash_attention(q, k, v, window_size=(20, 0), return_lse=True)
+    _, ro, rl = _ref(q, k, v, False, flash=True, window=(20, 0))
+    torch.testing.assert_close(out.double(), ro, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse.double(), rl, rtol=1e-5, atol=1e-5)
+    j = torch.arange(70)
+    pad = torch.stack([j < 70, (j >= 40) & (j < 60)]).reshape(2, 1, 1, 70).to(device)
+    bias = torch.randn((2, 1, 3, 70), generator=torch.Generator().manual_seed(1)).to(device)
+    for mask in (pad, bias):
+        got = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        _, ro, _ = _ref(q, k, v, False, mask=mask)
+        torch.testing.assert_close(got.double(), ro, rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_reference_matches_torch_on_the_spec_masks():
+    # The spec's float64 reference and torch's float64 SDPA agree on every mask case of the spec.
+    for c in S.CASES:
+        if c.get("mask") is None or "gpu" in c.tags:
+            continue
+        inputs = S._sdpa_inputs(c, torch.float32, torch.Generator().manual_seed(0), "cpu")
+        inputs = inputs.map(lambda t: t.double() if t.is_floating_point() else t)
+        got = S.scaled_dot_product_attention_reference(*inputs.args, **inputs.kwargs)
+        want = torch.nn.functional.scaled_dot_product_attention(*inputs.args, **inputs.kwargs)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=c.name)
+
+
+def test_sdpa_with_mask_replays_through_plans(device):
+    # Eager calls are recorded and replayed (roofkit.ops._runtime): a replay must read the new
+    # call's mask (a keyword tensor argument) and give the unplanned call's bits, gradients too.
+    from roofkit.ops import _runtime
+
+    def call(seed):
+        q, k, v = _qkv(2, 2, 1, 7, 9, 16, device, grad=True, seed=seed)
+        mask = (torch.rand((2, 1, 1, 9), generator=torch.Generator().manual_seed(seed)) < 0.6).to(device)
+        out = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return (out.detach(), *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+
+    saved = _runtime.CPU_PLANS[0], _runtime.PLANS[0]
+    _runtime.CPU_PLANS[0] = True
+    try:
+        for seed in range(3):  # the first runs as written, the second records, the third replays
+            got = call(seed)
+        assert any(isinstance(p, _runtime.Plan) for p in scaled_dot_product_attention.plans.values())
+        _runtime.PLANS[0] = False
+        want = call(2)
+    finally:
+        _runtime.CPU_PLANS[0], _runtime.PLANS[0] = saved
+        _runtime.clear_plans()
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
 def test_attention_cost_hand_computed():
-    # b2 h4 (kv 2) sq 3 sk 5 d 8 fp16, causal bottom-right: rows see 3, 4, 5 keys = 12 pairs.
-    c = attention_cost(case("x", shape=(2, 4, 3, 5, 8), hkv=2, causal=True), torch.float16)
-    assert c.flops == 4 * 2 * 4 * 12 * 8
+    # b2 h4 (kv 2) sq 3 sk 5 d 8 fp16, causal: top-left (SDPA) rows see 1, 2, 3 keys = 6 pairs;
+    # bottom-right (flash_attention) 3, 4, 5 = 12 pairs.
+    x = case("x", shape=(2, 4, 3, 5, 8), hkv=2, causal=True)
     q_bytes, kv_bytes = 2 * 4 * 3 * 8 * 2, 2 * 2 * 2 * 5 * 8 * 2
-    assert c.bytes == 2 * q_bytes + kv_bytes
+    for cost, pairs in ((attention_cost, 6), (S.flash_attention_cost, 12)):
+        c = cost(x, torch.float16)
+        assert c.flops == 4 * 2 * 4 * pairs * 8
+        assert c.bytes == 2 * q_bytes + kv_bytes
     # Sq == Sk causal: half the pairs (the FLOP convention); fwd_bwd 3.5x, + dO, dq, dk, dv.
     c = attention_cost(case("y", shape=(1, 2, 4, 4, 16), causal=True, mode="fwd_bwd"), torch.bfloat16)
     assert c.flops == 3.5 * 4 * 1 * 2 * 8 * 16
     q_bytes, kv_bytes = 2 * 4 * 16 * 2, 2 * 2 * 4 * 16 * 2
     assert c.bytes == 4 * q_bytes + 2 * kv_bytes
-    # return_lse adds the fp32 lse; Sq > Sk causal counts only visible pairs (rows 0, 1 see none).
-    c = attention_cost(case("z", shape=(1, 1, 4, 2, 16), causal=True, return_lse=True), torch.float32)
-    assert c.flops == 4 * (0 + 0 + 1 + 2) * 16
-    assert c.bytes == 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 4
+    # return_lse adds the fp32 lse; Sq > Sk causal counts only visible pairs: bottom-right rows
+    # 0, 1 see none (0 + 0 + 1 + 2), top-left every row sees key 0 (1 + 2 + 2 + 2).
+    z = case("z", shape=(1, 1, 4, 2, 16), causal=True, return_lse=True)
+    assert S.flash_attention_cost(z, torch.float32).flops == 4 * (0 + 0 + 1 + 2) * 16
+    assert attention_cost(z, torch.float32).flops == 4 * (1 + 2 + 2 + 2) * 16
+    assert attention_cost(z, torch.float32).bytes == 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 4
+    # A window (left 1, right 0) over sq = sk = 4, bottom-right: rows see 1, 2, 2, 2 keys.
+    w = case("w", shape=(1, 1, 4, 4, 16), window=(1, 0))
+    assert S.flash_attention_cost(w, torch.float32).flops == 4 * 7 * 16
 
 
 def test_attention_bf16_under_interpreter_upcasts(device):
@@ -339,9 +556,42 @@ def test_attention_bf16_under_interpreter_upcasts(device):
 @pytest.mark.parametrize(
     "call,exc,words",
     [
-        (lambda d: scaled_dot_product_attention(torch.ones(1, 2, 3, 8, device=d), torch.ones(1, 2, 3, 8, device=d),
-                                                torch.ones(1, 2, 3, 8, device=d), attn_mask=torch.ones(3, 3, device=d)),
-         NotImplementedError, ["attn_mask"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                                attn_mask=torch.ones(3, 3, device=d, dtype=torch.float64)),
+         TypeError, ["roofkit.scaled_dot_product_attention", "attn_mask", "bool", "float32", "float64"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d).half()] * 3,
+                                                attn_mask=torch.ones(3, 3, device=d, dtype=torch.bfloat16)),
+         TypeError, ["roofkit.scaled_dot_product_attention", "attn_mask", "float16 (query's) or float32", "bfloat16"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                                attn_mask=torch.ones(3, 3, device=d, dtype=torch.int32)),
+         TypeError, ["roofkit.scaled_dot_product_attention", "attn_mask", "int32"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, attn_mask=[[True]]),
+         TypeError, ["roofkit.scaled_dot_product_attention", "attn_mask", "torch.Tensor", "list"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                                attn_mask=torch.ones(1, 3, 3, 3, device=d, dtype=torch.bool)),
+         ValueError, ["roofkit.scaled_dot_product_attention", "attn_mask", "(1, 3, 3, 3)", "broadcastable",
+                      "(1, 2, 3, 3)"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                                attn_mask=torch.ones(3, 4, device=d, dtype=torch.bool)),
+         ValueError, ["attn_mask", "(3, 4)", "broadcastable"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                                attn_mask=torch.ones(1, 1, 1, 3, 3, device=d, dtype=torch.bool)),
+         ValueError, ["attn_mask", "broadcastable"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                                attn_mask=torch.ones(3, 3, device="meta", dtype=torch.bool)),
+         ValueError, ["roofkit.scaled_dot_product_attention", "attn_mask", "meta", "same device"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, is_causal=True,
+                                                attn_mask=torch.ones(3, 3, device=d, dtype=torch.bool)),
+         ValueError, ["roofkit.scaled_dot_product_attention", "attn_mask", "is_causal"]),
+        (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                                attn_mask=torch.zeros(3, 3, device=d, requires_grad=True)),
+         NotImplementedError, ["roofkit.scaled_dot_product_attention", "attn_mask", "requires grad", "detach"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, window_size=(4, -2)),
+         ValueError, ["roofkit.flash_attention", "window_size", "-1"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, window_size=4),
+         TypeError, ["roofkit.flash_attention", "window_size", "pair of ints"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, window_size=(1.5, 0)),
+         TypeError, ["roofkit.flash_attention", "window_size"]),
         (lambda d: scaled_dot_product_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, dropout_p=0.1),
          NotImplementedError, ["dropout_p"]),
         (lambda d: scaled_dot_product_attention(torch.ones(2, 3, 8, device=d), torch.ones(2, 3, 8, device=d),

@@ -38,24 +38,51 @@ def _lse_hi_lo(m, l, dead):
 
 
 @triton.jit
+def _bias2(am):
+    """An additive attn_mask tile in base 2 (fp32): am * log2(e). Values below -2^126 count as
+    -2^126 (times log2(e) they would overflow to -inf, and a row masked by finfo.min everywhere
+    must stay a uniform softmax, as torch gives); -inf stays -inf (the pair takes no part)."""
+    am = am.to(tl.float32)
+    b2 = tl.maximum(am, -8.507059173023462e37) * 1.4426950408889634
+    return tl.where(am == -float("inf"), -float("inf"), b2)
+
+
+@triton.jit
+def _visible(offs_m, offs_n, Sk, diag, diag_lo, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr):
+    """[rows, keys] of the band: key j < Sk, j <= i + diag (IS_CAUSAL: causal, or a window's
+    right edge) and j >= i + diag_lo (HAS_LEFT: a window's left edge)."""
+    ok = offs_n[None, :] < Sk
+    if IS_CAUSAL:
+        ok = ok & (offs_n[None, :] <= offs_m[:, None] + diag)
+    if HAS_LEFT:
+        ok = ok & (offs_n[None, :] >= offs_m[:, None] + diag_lo)
+    return ok
+
+
+@triton.jit
 def _attn_fwd_inner(
-    acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b, hk, stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
-    MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b, hk,
+    stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+    offs_m, offs_d, lo, hi, Sk, D, diag, diag_lo, qk_scale,
+    EDGE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     DESC: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Online softmax over the KV blocks [lo, hi). MASK: apply the key bound and the causal
-    diagonal (and guard rows that have seen nothing yet: max -inf). DESC: K and V blocks through
-    tensor descriptors (TMA; rows past Sk arrive zero-filled), else pointer loads. FOLD (the host
-    sets it when qk_scale is a positive normal float): the scale is folded into the exponent's
-    argument (one FMA per score: s * qk_scale - m; scaling commutes with the max and keeps -inf).
-    Otherwise (a zero, negative or subnormal scale) the scores are scaled first, then masked."""
+    """Online softmax over the KV blocks [lo, hi). EDGE: apply the key bound and the band's edges
+    (causal diagonal, window). HAS_MASK: the attn_mask tile (rows ``mask_rows``: one pointer per
+    query row) is applied in every block, boolean (MASK_BOOL: nonzero = take part) or added to
+    the scaled scores; a row with no visible key so far keeps max -inf, so the subtraction uses
+    0 instead (every p is 0). DESC: K and V blocks through tensor descriptors (TMA; rows past Sk
+    arrive zero-filled), else pointer loads. FOLD (the host sets it when qk_scale is a positive
+    normal float and no additive mask is given): the scale is folded into the exponent's argument
+    (one FMA per score: s * qk_scale - m; scaling commutes with the max and keeps -inf).
+    Otherwise the scores are scaled (and the additive mask added, in base 2) first, then masked."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if DESC:
             k = k_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
             v = v_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-        elif MASK:
+        elif EDGE:
             kv_mask = offs_n[:, None] < Sk
             if not EVEN_D:
                 kv_mask = kv_mask & (offs_d[None, :] < D)
@@ -72,16 +99,20 @@ def _attn_fwd_inner(
         s = _mma(q, tl.trans(k), IEEE, UPCAST)
         if not FOLD:
             s = s * qk_scale
-        if MASK:
-            ok = offs_n[None, :] < Sk
-            if IS_CAUSAL:
-                ok = ok & (offs_n[None, :] <= offs_m[:, None] + diag)
-            s = tl.where(ok, s, -float("inf"))
+        if HAS_MASK:
+            am = tl.load(mask_rows + offs_n[None, :] * stride_mn, mask=row_ok[:, None] & (offs_n[None, :] < Sk),
+                         other=0)
+            if MASK_BOOL:
+                s = tl.where(am != 0, s, -float("inf"))
+            else:
+                s = s + _bias2(am)
+        if EDGE:
+            s = tl.where(_visible(offs_m, offs_n, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT), s, -float("inf"))
         if FOLD:
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         else:
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        if MASK:
+        if EDGE or HAS_MASK:
             # A row that has seen no visible key keeps max -inf: subtract 0 instead (every p is 0).
             m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
         else:
@@ -98,21 +129,47 @@ def _attn_fwd_inner(
 
 
 @triton.jit
+def _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(lo, a, b, hi): the keys rows [m0, m0 + BLOCK_M) can see lie in [lo, hi); every row sees
+    every key of the blocks in [a, b) (no edge inside them: unmasked), and [lo, a), [b, hi) hold
+    the band's edges and the ragged last block (masked). lo, a, b are multiples of BLOCK_N."""
+    if IS_CAUSAL:
+        hi = tl.minimum(Sk, tl.maximum(m0 + BLOCK_M + diag, 0))
+        b = tl.minimum(tl.maximum(m0 + diag + 1, 0) // BLOCK_N, Sk // BLOCK_N) * BLOCK_N
+    else:
+        hi = Sk
+        b = (Sk // BLOCK_N) * BLOCK_N
+    if HAS_LEFT:
+        lo = tl.minimum(tl.maximum(m0 + diag_lo, 0) // BLOCK_N * BLOCK_N, hi)
+        a = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(m0 + BLOCK_M - 1 + diag_lo, 0), BLOCK_N) * BLOCK_N, lo), hi)
+    else:
+        lo = 0
+        a = 0
+    b = tl.minimum(tl.maximum(b, a), hi)
+    return lo, a, b, hi
+
+
+@triton.jit
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, k_desc, v_desc,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, k_desc, v_desc, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    Hq, G, Sq, Sk, D, qk_scale,
-    IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    Hq, G, Sq, Sk, D, diag, diag_lo, qk_scale,
+    IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O32: tl.constexpr, DESC: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Output rows [BLOCK_M, D] and their base-2 lse for one (batch, query head, query block);
     tiles Q [BLOCK_M, BLOCK_D] (registers), K and V [BLOCK_N, BLOCK_D] per step (DESC: through
-    4-D tensor descriptors of K and V, block [1, 1, BLOCK_N, BLOCK_D]). STORE_O32: also the
-    unrounded output (contiguous fp32) for the backward's delta."""
+    4-D tensor descriptors of K and V, block [1, 1, BLOCK_N, BLOCK_D]), the attn_mask
+    [BLOCK_M, BLOCK_N] per step (HAS_MASK; broadcast dimensions have stride 0). STORE_O32: also
+    the unrounded output (contiguous fp32) for the backward's delta."""
+    tl.static_assert(not (FOLD and HAS_MASK and not MASK_BOOL), "an additive mask needs the scores scaled first")
     pid_bh = tl.program_id(0)
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)  # heaviest (last) query blocks first
     b = (pid_bh // Hq).to(tl.int64)
@@ -128,29 +185,34 @@ def _attn_fwd_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     if USE_INT64:
         offs_m = offs_m.to(tl.int64)
-    io_mask = (offs_m[:, None] < Sq) & (offs_d[None, :] < D)
+    row_ok = offs_m < Sq
+    io_mask = row_ok[:, None] & (offs_d[None, :] < D)
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=io_mask, other=0.0)
+    # One pointer per query row into the mask (64-bit row offsets; a key's is added per block).
+    mask_rows = mask_ptr + b * stride_mb + h * stride_mh + offs_m[:, None].to(tl.int64) * stride_mm
 
-    diag = Sk - Sq
-    if IS_CAUSAL:
-        hi = tl.minimum(Sk, tl.maximum(m0 + BLOCK_M + diag, 0))
-        n_full = tl.minimum(tl.maximum(m0 + diag + 1, 0) // BLOCK_N, Sk // BLOCK_N) * BLOCK_N
-    else:
-        hi = Sk
-        n_full = (Sk // BLOCK_N) * BLOCK_N
+    lo, n_a, n_b, hi = _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT, BLOCK_M, BLOCK_N)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     b32 = b.to(tl.int32)
     hk32 = hk.to(tl.int32)
-    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b32, hk32,
-                                    stride_kn, stride_kd, stride_vn, stride_vd,
-                                    offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
-                                    False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, FOLD, BLOCK_N, BLOCK_D)
-    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, b32, hk32,
-                                    stride_kn, stride_kd, stride_vn, stride_vd,
-                                    offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
-                                    True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, DESC, FOLD, BLOCK_N, BLOCK_D)
+    if HAS_LEFT:
+        acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
+                                        stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                                        offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
+                                        True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
+                                        FOLD, BLOCK_N, BLOCK_D)
+    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
+                                    stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                                    offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
+                                    False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
+                                    FOLD, BLOCK_N, BLOCK_D)
+    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
+                                    stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                                    offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
+                                    True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
+                                    FOLD, BLOCK_N, BLOCK_D)
     dead = l_i == 0.0
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -158,28 +220,31 @@ def _attn_fwd_kernel(
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
              _round_for_store(out, o_ptr, BF16_RNE), mask=io_mask)
     rows = pid_bh.to(tl.int64) * Sq + offs_m
-    tl.store(lse_ptr + rows, lse_hi, mask=offs_m < Sq)
-    tl.store(lse_lo_ptr + rows, lse_lo, mask=offs_m < Sq)
+    tl.store(lse_ptr + rows, lse_hi, mask=row_ok)
+    tl.store(lse_lo_ptr + rows, lse_lo, mask=row_ok)
     if STORE_O32:
         tl.store(o32_ptr + rows[:, None] * D + offs_d[None, :], out, mask=io_mask)
 
 
 @triton.jit
 def _attn_decode_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, po_ptr, plse_ptr, plse_lo_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, po_ptr, plse_ptr, plse_lo_ptr, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    Hkv, G, Sq, Sk, D, qk_scale, CHUNK, SPLITS,
-    IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    Hkv, G, Sq, Sk, D, diag, diag_lo, qk_scale, CHUNK, SPLITS,
+    IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BF16_RNE: tl.constexpr, FINAL: tl.constexpr, STORE_O32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """One KV chunk [CHUNK keys] of one (batch, kv head) against all G * Sq query rows of the
     group (row r: head h = hk * G + r // Sq, query r % Sq); tiles Q [BLOCK_M, BLOCK_D], K and V
-    [BLOCK_N, BLOCK_D]. FINAL (one chunk): writes out and base-2 lse (and the fp32 output when
-    STORE_O32); else fp32 partials (normalized output, base-2 lse) for the combining kernel."""
+    [BLOCK_N, BLOCK_D], the attn_mask [BLOCK_M, BLOCK_N] (HAS_MASK). FINAL (one chunk): writes
+    out and base-2 lse (and the fp32 output when STORE_O32); else fp32 partials (normalized
+    output, base-2 lse) for the combining kernel; a chunk no row sees into writes lse -inf."""
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
     b = (pid_bh // Hkv).to(tl.int64)
@@ -195,10 +260,14 @@ def _attn_decode_kernel(
                 mask=io_mask, other=0.0)
     k_base = k_ptr + b * stride_kb + hk * stride_kh
     v_base = v_ptr + b * stride_vb + hk * stride_vh
+    mask_rows = mask_ptr + b * stride_mb + h[:, None] * stride_mh + qi[:, None].to(tl.int64) * stride_mm
 
-    diag = Sk - Sq
     lo = split * CHUNK
     hi = tl.minimum(Sk, lo + CHUNK)
+    if IS_CAUSAL:  # no row sees past key Sq - 1 + diag
+        hi = tl.minimum(hi, Sq + diag)
+    if HAS_LEFT:  # nor before key diag_lo
+        lo = tl.maximum(lo, diag_lo)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -211,9 +280,13 @@ def _attn_decode_kernel(
         k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
         s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
-        ok = key_ok[None, :]
-        if IS_CAUSAL:
-            ok = ok & (offs_n[None, :] <= qi[:, None] + diag)
+        ok = _visible(qi, offs_n, hi, diag, diag_lo, IS_CAUSAL, HAS_LEFT)
+        if HAS_MASK:
+            am = tl.load(mask_rows + offs_n[None, :] * stride_mn, mask=row_ok[:, None] & key_ok[None, :], other=0)
+            if MASK_BOOL:
+                ok = ok & (am != 0)
+            else:
+                s = s + _bias2(am)
         s = tl.where(ok, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -306,15 +379,17 @@ def _attn_bwd_preprocess_kernel(
 
 @triton.jit
 def _attn_bwd_dkdv_inner(
-    dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base, delta_base,
-    stride_qm, stride_qd, stride_dom, stride_dod,
-    lo, hi, Sq, Sk, D, diag, sm_scale, qk_scale,
-    MASK: tl.constexpr, MASK_KEYS: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr,
+    dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base, delta_base, mask_base,
+    stride_qm, stride_qd, stride_dom, stride_dod, stride_mm, stride_mn,
+    lo, hi, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
+    EDGE: tl.constexpr, MASK_KEYS: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+    HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, LSE_LO: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dK, dV contributions of the query blocks [lo, hi) of one head (transposed tiles: keys x
-    queries). MASK: causal diagonal; MASK_KEYS: the ragged last key block. ATOMIC_DQ: also adds
-    this block's dQ share to the fp32 buffer with atomics."""
+    queries). EDGE: the band's edges (causal diagonal, window); MASK_KEYS: the ragged last key
+    block; HAS_MASK: the attn_mask tile (transposed), in every block. ATOMIC_DQ: also adds this
+    block's dQ share to the fp32 buffer with atomics."""
     offs_d = tl.arange(0, BLOCK_D)
     for m0 in range(lo, hi, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -330,14 +405,26 @@ def _attn_bwd_dkdv_inner(
         lse2 = tl.where(lse2 == -float("inf"), float("inf"), lse2)
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
         s_t = _mma(k, tl.trans(q), IEEE, UPCAST) * qk_scale
+        if HAS_MASK:  # a masked-out pair gets score -inf, so P = 2^(-inf - lse) = 0 (lse is never -inf here)
+            am = tl.load(mask_base + offs_m[None, :].to(tl.int64) * stride_mm + offs_n[:, None] * stride_mn,
+                         mask=row_ok[None, :] & (offs_n[:, None] < Sk), other=0)
+            if MASK_BOOL:
+                s_t = tl.where(am != 0, s_t, -float("inf"))
+            else:
+                s_t = s_t + _bias2(am)
         if LSE_LO:
             lse_lo = tl.load(lse_lo_base + offs_m, mask=row_ok, other=0.0)
             p_t = tl.math.exp2((s_t - lse2[None, :]) - lse_lo[None, :])
         else:
             p_t = tl.math.exp2(s_t - lse2[None, :])
-        if MASK:
-            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + diag, p_t, 0.0)
-        if MASK_KEYS:
+        if EDGE:
+            ok = offs_n[:, None] < Sk
+            if IS_CAUSAL:
+                ok = ok & (offs_n[:, None] <= offs_m[None, :] + diag)
+            if HAS_LEFT:
+                ok = ok & (offs_n[:, None] >= offs_m[None, :] + diag_lo)
+            p_t = tl.where(ok, p_t, 0.0)
+        elif MASK_KEYS:
             p_t = tl.where(offs_n[:, None] < Sk, p_t, 0.0)
         dv += _mma(p_t.to(do.dtype), do, IEEE, UPCAST)
         dp_t = _mma(v, tl.trans(do), IEEE, UPCAST)
@@ -352,20 +439,23 @@ def _attn_bwd_dkdv_inner(
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, lse_lo_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, lse_lo_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-    Hkv, G, Sq, Sk, D, sm_scale, qk_scale,
-    IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    Hkv, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
+    IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dK, dV [BLOCK_N, D] of one (batch, kv head, key block), summed over the G query heads of
-    the group in order; K, V tiles [BLOCK_N, BLOCK_D] stay on chip, Q/dO [BLOCK_M, BLOCK_D] per
-    step. dK and dV share strides (both allocated here)."""
+    the group in order; K, V tiles [BLOCK_N, BLOCK_D] stay on chip, Q/dO [BLOCK_M, BLOCK_D] and
+    the attn_mask [BLOCK_N, BLOCK_M] (HAS_MASK) per step. dK and dV share strides (both
+    allocated here)."""
     pid_bh = tl.program_id(0)
     n0 = tl.program_id(1) * BLOCK_N  # first key blocks see the most queries under causal masking
     b = (pid_bh // Hkv).to(tl.int64)
@@ -379,15 +469,23 @@ def _attn_bwd_dkdv_kernel(
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    diag = Sk - Sq
-    if IS_CAUSAL:
-        # Queries before start_m see none of these keys; from m_full on they see all of them.
-        start_m = (tl.maximum(n0 - diag, 0) // BLOCK_M) * BLOCK_M
-        m_full = start_m + tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - diag - start_m, 0), BLOCK_M) * BLOCK_M
-        m_full = tl.minimum(m_full, tl.cdiv(Sq, BLOCK_M) * BLOCK_M)
+    # The query rows that see some of these keys lie in [m_lo, m_hi); every row of the blocks in
+    # [m_a, m_b) sees all of them (unmasked); [m_lo, m_a) and [m_b, m_hi) hold the band's edges.
+    if IS_CAUSAL:  # row i sees key j iff j <= i + diag: rows from n0 - diag on see some
+        m_lo = (tl.maximum(n0 - diag, 0) // BLOCK_M) * BLOCK_M
+        m_a = m_lo + tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - diag - m_lo, 0), BLOCK_M) * BLOCK_M
     else:
-        start_m = 0
-        m_full = 0
+        m_lo = 0
+        m_a = 0
+    if HAS_LEFT:  # row i sees key j iff j >= i + diag_lo: rows up to n0 + BLOCK_N - 1 - diag_lo see some
+        m_hi = tl.minimum(Sq, tl.maximum(n0 + BLOCK_N - diag_lo, 0))
+        m_b = (tl.maximum(n0 - diag_lo + 1, 0) // BLOCK_M) * BLOCK_M
+    else:
+        m_hi = Sq
+        m_b = Sq
+    m_lo = tl.minimum(m_lo, m_hi)
+    m_a = tl.minimum(tl.maximum(m_a, m_lo), m_hi)
+    m_b = tl.minimum(tl.maximum(m_b, m_a), m_hi)
     for g in range(0, G):
         h = hk * G + g
         bh = b * (Hkv * G) + h
@@ -397,15 +495,24 @@ def _attn_bwd_dkdv_kernel(
         lse_base = lse_ptr + bh * Sq
         lse_lo_base = lse_lo_ptr + bh * Sq
         delta_base = delta_ptr + bh * Sq
+        mask_base = mask_ptr + b * stride_mb + h * stride_mh
         if IS_CAUSAL:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
-                                          delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                                          start_m, m_full, Sq, Sk, D, diag, sm_scale, qk_scale,
-                                          True, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
+                                          delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
+                                          stride_mm, stride_mn, m_lo, m_a, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
+                                          True, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
+                                          EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
-                                      delta_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                                      m_full, Sq, Sq, Sk, D, diag, sm_scale, qk_scale,
-                                      False, not EVEN_N, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
+                                      delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
+                                      stride_mm, stride_mn, m_a, m_b, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
+                                      False, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
+                                      EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
+        if HAS_LEFT:
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
+                                          delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
+                                          stride_mm, stride_mn, m_b, m_hi, Sq, Sk, D, diag, diag_lo, sm_scale,
+                                          qk_scale, True, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL,
+                                          ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
     dk = dk * sm_scale
     out = b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
     tl.store(dk_ptr + out, _round_for_store(dk, dk_ptr, BF16_RNE), mask=kv_mask)
@@ -414,12 +521,15 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_inner(
-    dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_m, offs_d, lo, hi, Sk, D, diag, qk_scale,
-    MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
+    stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+    offs_m, offs_d, lo, hi, Sk, D, diag, diag_lo, qk_scale,
+    EDGE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     LSE_LO: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """dQ (unscaled) over the KV blocks [lo, hi); MASK: key bound and causal diagonal."""
+    """dQ (unscaled) over the KV blocks [lo, hi); EDGE: key bound and the band's edges;
+    HAS_MASK: the attn_mask tile, in every block."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         kv_mask = offs_n[:, None] < Sk
@@ -428,15 +538,19 @@ def _attn_bwd_dq_inner(
         k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
         s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
+        if HAS_MASK:  # a masked-out pair gets score -inf, so P = 2^(-inf - lse) = 0 (lse is never -inf here)
+            am = tl.load(mask_rows + offs_n[None, :] * stride_mn, mask=row_ok[:, None] & (offs_n[None, :] < Sk),
+                         other=0)
+            if MASK_BOOL:
+                s = tl.where(am != 0, s, -float("inf"))
+            else:
+                s = s + _bias2(am)
         if LSE_LO:
             p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
         else:
             p = tl.math.exp2(s - lse2[:, None])
-        if MASK:
-            ok = offs_n[None, :] < Sk
-            if IS_CAUSAL:
-                ok = ok & (offs_n[None, :] <= offs_m[:, None] + diag)
-            p = tl.where(ok, p, 0.0)
+        if EDGE:
+            p = tl.where(_visible(offs_m, offs_n, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT), p, 0.0)
         dp = _mma(do, tl.trans(v), IEEE, UPCAST)
         ds = (p * (dp - delta[:, None])).to(k.dtype)
         dq += _mma(ds, k, IEEE, UPCAST)
@@ -445,19 +559,22 @@ def _attn_bwd_dq_inner(
 
 @triton.jit
 def _attn_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, lse_lo_ptr, delta_ptr, dq_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, lse_lo_ptr, delta_ptr, dq_ptr, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-    Hq, G, Sq, Sk, D, sm_scale, qk_scale,
-    IS_CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    Hq, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
+    IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dQ [BLOCK_M, D] of one (batch, query head, query block), looping over its visible KV
-    blocks (no atomics: the deterministic path); Q, dO [BLOCK_M, BLOCK_D] in registers."""
+    blocks (no atomics: the deterministic path); Q, dO [BLOCK_M, BLOCK_D] in registers, the
+    attn_mask [BLOCK_M, BLOCK_N] per step (HAS_MASK)."""
     pid_bh = tl.program_id(0)
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
     b = (pid_bh // Hq).to(tl.int64)
@@ -479,20 +596,22 @@ def _attn_bwd_dq_kernel(
     delta = tl.load(delta_ptr + rows, mask=row_ok, other=0.0)
     k_base = k_ptr + b * stride_kb + hk * stride_kh
     v_base = v_ptr + b * stride_vb + hk * stride_vh
-    diag = Sk - Sq
-    if IS_CAUSAL:
-        hi = tl.minimum(Sk, tl.maximum(m0 + BLOCK_M + diag, 0))
-        n_full = tl.minimum(tl.maximum(m0 + diag + 1, 0) // BLOCK_N, Sk // BLOCK_N) * BLOCK_N
-    else:
-        hi = Sk
-        n_full = (Sk // BLOCK_N) * BLOCK_N
+    mask_rows = mask_ptr + b * stride_mb + h * stride_mh + offs_m[:, None].to(tl.int64) * stride_mm
+    lo, n_a, n_b, hi = _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT, BLOCK_M, BLOCK_N)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-                            offs_m, offs_d, 0, n_full, Sk, D, diag, qk_scale,
-                            False, IS_CAUSAL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-                            offs_m, offs_d, n_full, hi, Sk, D, diag, qk_scale,
-                            True, IS_CAUSAL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
+    if HAS_LEFT:
+        dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
+                                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                                offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
+                                True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
+                            stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                            offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
+                            False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
+                            stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                            offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
+                            True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              _round_for_store(dq, dq_ptr, BF16_RNE), mask=io_mask)

@@ -146,10 +146,52 @@ def _head_dim_pad(d: int) -> int:
     return max(16, next_pow2(d))
 
 
-def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, keep_fp32: bool):
+class Band(NamedTuple):
+    """Which keys a query row sees, as the kernels take it: row i sees key j iff j <= i + diag
+    (when ``causal``: causal masking, or a window's right edge) and j >= i + diag_lo (when
+    ``left``: a window's left edge)."""
+
+    causal: bool
+    left: bool
+    diag: int
+    diag_lo: int
+
+
+def _band(sq: int, sk: int, window: tuple[int, int], bottom_right: bool) -> Band:
+    """The band of ``window`` = (left, right) (-1: unbounded; causal is (-1, 0)), aligned to the
+    top-left corner (query i's diagonal is key i: torch's is_causal) or, with ``bottom_right``,
+    to the bottom-right one (key i + Sk - Sq: FlashAttention's)."""
+    left, right = window
+    d0 = sk - sq if bottom_right else 0
+    return Band(right >= 0, left >= 0, d0 + right if right >= 0 else 0, d0 - left if left >= 0 else 0)
+
+
+def _mask_args(mask: torch.Tensor | None, q: torch.Tensor, sk: int):
+    """(tensor, its 4 strides as (B, Hq, Sq, Sk), HAS_MASK, MASK_BOOL) for the kernels: the
+    mask broadcast to (B, Hq, Sq, Sk) as a view (broadcast dimensions get stride 0, nothing is
+    materialized), a boolean one reinterpreted as uint8; no mask: ``q`` with zero strides (never
+    read). A key stride that would overflow 32-bit offsets (a transposed mask of more than 2**31
+    elements) is copied to a contiguous layout first."""
+    if mask is None:
+        return q, (0, 0, 0, 0), False, False
+    B, hq, sq = q.shape[:3]
+    m = mask.expand(B, hq, sq, sk)
+    if sk * abs(m.stride(3)) >= 2**31:
+        m = m.contiguous()
+    is_bool = m.dtype == torch.bool
+    if is_bool:
+        m = m.view(torch.uint8)
+    return m, tuple(m.stride()), True, is_bool
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, window: tuple[int, int],
+             bottom_right: bool, scale: float, keep_fp32: bool):
     """(out [B, Hq, Sq, D] in q's dtype, base-2 lse [2, B, Hq, Sq] fp32 as hi (the rounded lse)
-    and lo (what hi's rounding dropped; ``_kernels._lse_hi_lo``), fp32 out or an empty tensor): the fp32 copy of the output (``keep_fp32``) lets the backward form delta =
-    rowsum(dO * O) from the unrounded O. Empty inputs launch nothing."""
+    and lo (what hi's rounding dropped; ``_kernels._lse_hi_lo``), fp32 out or an empty tensor):
+    the fp32 copy of the output (``keep_fp32``) lets the backward form delta = rowsum(dO * O)
+    from the unrounded O. ``mask``: the attn_mask (boolean or additive, broadcastable to
+    (B, Hq, Sq, Sk)) or None; ``window``, ``bottom_right``: the band (``_band``). Empty inputs
+    launch nothing."""
     B, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     out = torch.empty((B, hq, sq, d), dtype=q.dtype, device=q.device)
@@ -166,7 +208,10 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     d_pad = _head_dim_pad(d)
     qk_scale = scale * LOG2E
     flags = _flags(q, d, d_pad)
-    strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
+    band = _band(sq, sk, window, bottom_right)
+    m, m_strides, has_mask, mask_bool = _mask_args(mask, q, sk)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride(), *m_strides)
+    edges = dict(IS_CAUSAL=band.causal, HAS_LEFT=band.left, HAS_MASK=has_mask, MASK_BOOL=mask_bool)
     if _use_decode(g, sq, sk):
         cfg = _decode_config(d_pad, q.dtype, g * sq)
         splits, chunk = _decode_splits(B * hkv, sk, cfg.BLOCK_N, q.device)
@@ -176,10 +221,11 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         else:
             po, plse = lse_hi, lse  # unused
         launch(_LAUNCHES, _attn_decode_kernel, (B * hkv, splits),
-            q, k, v, out, lse_hi, lse_lo, o32, po, plse[0], plse[1], *strides, hkv, g, sq, sk, d, qk_scale, chunk, splits,
-            IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O32=keep_fp32,
+            q, k, v, out, lse_hi, lse_lo, o32, po, plse[0], plse[1], m, *strides, hkv, g, sq, sk, d,
+            band.diag, band.diag_lo, qk_scale, chunk, splits,
+            BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O32=keep_fp32,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **edges, **flags,
         )
         if splits > 1:
             launch(_LAUNCHES, _attn_decode_combine_kernel, (B * hq * sq,),
@@ -188,24 +234,28 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
                 num_warps=4,
             )
         return out, lse, o32
-    cfg = _fwd_config(d_pad, causal, q.dtype, sq)
+    cfg = _fwd_config(d_pad, band.causal, q.dtype, sq)
     use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * d) >= 2**31
     grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
     launch(_LAUNCHES, _attn_fwd_kernel, grid,
-        q, k, v, out, lse_hi, lse_lo, o32, *(descs or (k, v)), *strides, hq, g, sq, sk, d, qk_scale,
-        IS_CAUSAL=causal, BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32, DESC=descs is not None,
-        FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL,
+        q, k, v, out, lse_hi, lse_lo, o32, *(descs or (k, v)), m, *strides, hq, g, sq, sk, d,
+        band.diag, band.diag_lo, qk_scale,
+        BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32, DESC=descs is not None,
+        # An additive mask is added to the scaled scores: the scale cannot be folded.
+        FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL and not (has_mask and not mask_bool),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **edges, **flags,
     )
     return out, lse, o32
 
 
-def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, deterministic: bool):
+def _backward(do, q, k, v, out, lse, dlse, mask, window: tuple[int, int], bottom_right: bool, scale: float,
+              deterministic: bool):
     """(dq, dk, dv) in the input dtype, shaped like q, k, v. ``out``: the forward output (fp32
     when kept), ``lse``: base-2 hi and lo as ``_forward`` returns it, ``dlse``: its gradient or
-    None (hi's is the lse's: the public functions read hi alone)."""
+    None (hi's is the lse's: the public functions read hi alone); ``mask``, ``window``,
+    ``bottom_right``: as the forward's."""
     B, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     if q.numel() == 0 or k.numel() == 0:
@@ -214,9 +264,13 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
     d_pad = _head_dim_pad(d)
     flags = _flags(q, d, d_pad)
     rne = bf16_rne(q.dtype)
-    # lse's low part moves P by at most |lse| * 2^-25 relative: it matters for fp32 inputs only
-    # (16-bit P is rounded to 2^-9 or 2^-12 before use), where it costs one subtraction per score.
-    lse_lo = q.dtype == torch.float32
+    band = _band(sq, sk, window, bottom_right)
+    m, m_strides, has_mask, mask_bool = _mask_args(mask, q, sk)
+    edges = dict(IS_CAUSAL=band.causal, HAS_LEFT=band.left, HAS_MASK=has_mask, MASK_BOOL=mask_bool)
+    # lse's low part moves P by at most |lse| * 2^-25 relative: it matters for fp32 inputs (16-bit
+    # P is rounded to 2^-9 or 2^-12 before use), where it costs one subtraction per score, and
+    # under an additive mask, whose huge values (finfo.min) can leave all of log2(l) in the low part.
+    lse_lo = q.dtype == torch.float32 or (has_mask and not mask_bool)
     delta = torch.empty((B, hq, sq), dtype=torch.float32, device=q.device)
     pre_m = 64 if not INTERPRETED else 16
     has_dlse = dlse is not None
@@ -235,19 +289,19 @@ def _backward(do, q, k, v, out, lse, dlse, causal: bool, scale: float, determini
         dq_acc = torch.zeros((B, hq, sq, d), dtype=torch.float32, device=q.device)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     launch(_LAUNCHES, _attn_bwd_dkdv_kernel, (B * hkv, cdiv(sk, kv_cfg.BLOCK_N)),
-        q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, *common, *dk.stride(),
-        hkv, g, sq, sk, d, scale, scale * LOG2E,
-        IS_CAUSAL=causal, ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne, LSE_LO=lse_lo,
+        q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, m, *common, *dk.stride(), *m_strides,
+        hkv, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E,
+        ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne, LSE_LO=lse_lo,
         BLOCK_M=kv_cfg.BLOCK_M, BLOCK_N=kv_cfg.BLOCK_N, BLOCK_D=d_pad,
-        num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **flags,
+        num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **edges, **flags,
     )
     if deterministic:
         launch(_LAUNCHES, _attn_bwd_dq_kernel, (B * hq, cdiv(sq, q_cfg.BLOCK_M)),
-            q, k, v, do, lse[0], lse[1], delta, dq, *common, *dq.stride(),
-            hq, g, sq, sk, d, scale, scale * LOG2E,
-            IS_CAUSAL=causal, BF16_RNE=rne, LSE_LO=lse_lo,
+            q, k, v, do, lse[0], lse[1], delta, dq, m, *common, *dq.stride(), *m_strides,
+            hq, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E,
+            BF16_RNE=rne, LSE_LO=lse_lo,
             BLOCK_M=q_cfg.BLOCK_M, BLOCK_N=q_cfg.BLOCK_N, BLOCK_D=d_pad,
-            num_warps=q_cfg.num_warps, num_stages=q_cfg.num_stages, **flags,
+            num_warps=q_cfg.num_warps, num_stages=q_cfg.num_stages, **edges, **flags,
         )
         return dq, dk, dv
     return dq_acc.to(q.dtype), dk, dv

@@ -19,42 +19,47 @@ MAX_HEAD_DIM = 256
 # ----------------------------------------------------------------------------- custom ops, autograd
 
 
-def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                   deterministic: bool, keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, base-2 lse as [2, B, Hq, Sq] hi and lo, fp32 out or empty); ``deterministic`` only
-    selects the backward."""
-    return _forward(q, k, v, causal, scale, keep_fp32)
+def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, left: int,
+                   right: int, bottom_right: bool, scale: float, deterministic: bool,
+                   keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, base-2 lse as [2, B, Hq, Sq] hi and lo, fp32 out or empty). ``mask``: attn_mask or
+    None; (left, right): the window (-1 unbounded; causal is (-1, 0)), aligned bottom-right or
+    top-left; ``deterministic`` only selects the backward."""
+    return _forward(q, k, v, mask, (left, right), bottom_right, scale, keep_fp32)
 
 
-def _attention_fwd_fake(q, k, v, causal, scale, deterministic, keep_fp32):
+def _attention_fwd_fake(q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_fp32):
     B, hq, sq, d = q.shape
     return (q.new_empty((B, hq, sq, d)), q.new_empty((2, B, hq, sq), dtype=torch.float32),
             q.new_empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32))
 
 
 def _attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: torch.Tensor, dlse: torch.Tensor | None, causal: bool, scale: float,
+                   lse: torch.Tensor, dlse: torch.Tensor | None, mask: torch.Tensor | None, left: int, right: int,
+                   bottom_right: bool, scale: float,
                    deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(do, q, k, v, out, lse, dlse, causal, scale, deterministic)
+    return _backward(do, q, k, v, out, lse, dlse, mask, (left, right), bottom_right, scale, deterministic)
 
 
-def _attention_bwd_fake(do, q, k, v, out, lse, dlse, causal, scale, deterministic):
+def _attention_bwd_fake(do, q, k, v, out, lse, dlse, mask, left, right, bottom_right, scale, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, deterministic, keep_fp32 = inputs
+    q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_fp32 = inputs
     out, lse, o32 = output
-    ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
-    ctx.save_for_backward(q, k, v, o32 if keep_fp32 else out, lse)
+    ctx.band = (left, right, bottom_right)
+    ctx.scale, ctx.deterministic = scale, deterministic
+    ctx.save_for_backward(q, k, v, o32 if keep_fp32 else out, lse, mask)
 
 
 def _attention_backward(ctx, dout, dlse, do32):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, mask = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros(out.shape, dtype=q.dtype, device=q.device)
-    dq, dk, dv = _attention_bwd_op(dout, q, k, v, out, lse, dlse, ctx.causal, ctx.scale, ctx.deterministic)
-    return dq, dk, dv, None, None, None, None
+    dq, dk, dv = _attention_bwd_op(dout, q, k, v, out, lse, dlse, mask, *ctx.band, ctx.scale, ctx.deterministic)
+    # attn_mask gets no gradient (the public function refuses a mask that requires one).
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 _attention_bwd_op = Op("roofkit::attention_bwd", _attention_bwd, _attention_bwd_fake)
@@ -123,33 +128,83 @@ def _flag(op: str, name: str, v) -> bool:
     raise TypeError(f"roofkit.{op}: {name} must be a bool; got {type(v).__name__}")
 
 
+def _check_mask(op: str, mask, q: torch.Tensor, k: torch.Tensor, causal: bool) -> None:
+    """Validate attn_mask as torch's SDPA takes it: a boolean (True = take part) or additive float
+    tensor of query's dtype or float32, broadcastable to (B, Hq, Sq, Sk), on query's device, not
+    together with is_causal; one that requires grad is refused (no gradient is computed for it)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"roofkit.{op}: attn_mask must be a torch.Tensor or None; got {type(mask).__name__}")
+    if mask.layout != torch.strided:
+        raise TypeError(f"roofkit.{op}: attn_mask must be a dense (strided) tensor; got layout {mask.layout}")
+    if mask.dtype not in (torch.bool, torch.float32, q.dtype):
+        floats = "float32" if q.dtype == torch.float32 else f"{str(q.dtype).removeprefix('torch.')} (query's) or float32"
+        raise TypeError(f"roofkit.{op}: attn_mask must be bool (True = take part) or an additive float mask of dtype "
+                        f"{floats}; got {str(mask.dtype).removeprefix('torch.')}")
+    if mask.device != q.device:
+        raise ValueError(f"roofkit.{op}: attn_mask is on {mask.device} but query is on {q.device}; they must be on "
+                         "the same device")
+    target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if mask.dim() > 4 or any(m != 1 and m != t for m, t in zip(reversed(mask.shape), reversed(target))):
+        raise ValueError(f"roofkit.{op}: attn_mask of shape {tuple(mask.shape)} is not broadcastable to (batch, "
+                         f"query heads, query length, key length) = {target}")
+    if causal:
+        raise ValueError(f"roofkit.{op}: attn_mask and is_causal=True cannot both be given (as in torch); put the "
+                         "causal pattern into attn_mask")
+    if mask.requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError(f"roofkit.{op}: attn_mask requires grad, but no gradient is computed for it; pass "
+                                  "attn_mask.detach() (or torch's SDPA for a learned bias)")
+
+
+def _window_of(op: str, window_size, causal: bool) -> tuple[int, int]:
+    """(left, right) from ``window_size`` (two ints >= -1, -1 unbounded); causal sets right = 0."""
+    ok = isinstance(window_size, (tuple, list)) and len(window_size) == 2
+    if not ok or any(isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Integral) for w in window_size):
+        raise TypeError(f"roofkit.{op}: window_size must be a pair of ints (left, right); got {window_size!r}")
+    left, right = (int(w) for w in window_size)
+    if left < -1 or right < -1:
+        raise ValueError(f"roofkit.{op}: window_size entries must be >= 0, or -1 for unbounded; got {window_size!r}")
+    return left, 0 if causal else right
+
+
 @planned
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
-    """out = softmax(scale * query @ key^T [causal]) @ value, as ``torch.nn.functional.scaled_dot_product_attention``.
+    """out = softmax(scale * query @ key^T + mask) @ value, as ``torch.nn.functional.scaled_dot_product_attention``.
 
     Args:
         query: (B, Hq, Sq, D) float16, bfloat16 or float32, any strides, on CUDA (or CPU with
             TRITON_INTERPRET=1).
         key, value: (B, Hkv, Sk, D), same dtype and device. Hkv divides Hq (GQA) when
             ``enable_gqa``; Hkv == 1 (MQA) broadcasts as in torch.
-        attn_mask, dropout_p: not supported yet (must be None / 0).
-        is_causal: query i sees key j iff j <= i + Sk - Sq (bottom-right alignment, as
-            FlashAttention 2.1; torch aligns top-left when Sq != Sk).
+        attn_mask: None, or a tensor broadcastable to (B, Hq, Sq, Sk) (e.g. (Sq, Sk), (B, 1, 1, Sk),
+            (B, 1, Sq, Sk)), on query's device: boolean (True = the pair takes part) or additive
+            (query's dtype or float32; added to the scaled scores, -inf excludes a pair).
+            Broadcast dimensions are read with stride 0, never materialized. It gets no
+            gradient: one that requires grad is refused.
+        dropout_p: must be 0.0 (dropout is not supported).
+        is_causal: query i sees key j iff j <= i (top-left alignment, exactly torch's; with
+            Sq > Sk every row sees key 0, with Sq < Sk the last Sk - Sq keys are seen by no
+            row). For a KV cache (queries at the end of the keys) pass is_causal=False when
+            Sq == 1, or a mask, as transformers does.
         scale: softmax scale, default 1 / sqrt(D).
         enable_gqa: allow Hq != Hkv.
     Returns:
-        (B, Hq, Sq, D) contiguous tensor in query's dtype. A query row that sees no key (causal
-        with Sq > Sk, or Sk == 0) is 0 (torch's math backend also gives 0; never NaN).
+        (B, Hq, Sq, D) contiguous tensor in query's dtype. A query row that sees no key (every
+        key masked out by attn_mask, or Sk == 0) is 0 and gets zero gradients, as torch's math
+        and CPU backends give (torch >= 2.5; never NaN).
     Raises:
-        NotImplementedError: attn_mask given or dropout_p != 0.
-        TypeError: non-tensor, dtype other than float16/bfloat16/float32, mismatched dtypes, bad scale.
+        NotImplementedError: dropout_p != 0; attn_mask requires grad (with grad mode on).
+        TypeError: non-tensor, dtype other than float16/bfloat16/float32, mismatched dtypes, bad
+            scale, attn_mask of another dtype than bool, float32 or query's, or not a tensor.
         ValueError: not 4-D, mismatched batch / head dim / key-value lengths or heads, a head count
-            GQA cannot map (or Hq != Hkv without enable_gqa), head dim outside [1, 256], wrong device.
+            GQA cannot map (or Hq != Hkv without enable_gqa), head dim outside [1, 256], wrong
+            device (inputs or attn_mask), attn_mask not broadcastable to (B, Hq, Sq, Sk),
+            attn_mask together with is_causal=True.
     Numerics:
         fp32 scores and softmax statistics (online softmax in base 2, log2(e) folded into the
-        scale), P rounded to the input dtype before P @ V, fp32 output accumulator normalized once;
+        scale; an additive mask is converted to fp32 and added to the scaled scores), P rounded
+        to the input dtype before P @ V, fp32 output accumulator normalized once;
         fp32 inputs use IEEE fp32 dots (not tf32). The backward recomputes P from an lse kept
         as two fp32 numbers (hi + lo), so large logits cost it no extra error. Forward
         deterministic. Backward: dK, dV
@@ -158,48 +213,60 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         ``torch.use_deterministic_algorithms(True)`` is on (then a separate dQ kernel, bitwise
         reproducible). First-order only.
     Cost:
-        4 * B * Hq * Sq * Sk * D FLOPs (halved for causal with Sq == Sk; visible pairs otherwise);
-        reads q, k, v once and writes out (+ fp32 lse, B * Hq * Sq * 4 bytes). Backward 2.5x the
-        forward FLOPs. Decoding (G * Sq <= 64, Sk >= 512) reads K and V once per kv head.
+        4 * B * Hq * Sq * Sk * D FLOPs (halved for causal with Sq == Sk; visible pairs otherwise;
+        with attn_mask every pair is computed); reads q, k, v once (and the mask, per query
+        head) and writes out (+ fp32 lse, B * Hq * Sq * 4 bytes). Backward 2.5x the forward
+        FLOPs. Decoding (G * Sq <= 64, Sk >= 512) reads K and V once per kv head.
     Source:
         FlashAttention / FlashAttention-2 (Dao et al. 2022, 2023), Flash-Decoding (2023).
     """
     op = "scaled_dot_product_attention"
-    if attn_mask is not None:
-        raise NotImplementedError(f"roofkit.{op}: attn_mask is not supported yet (use is_causal, or torch's SDPA)")
     if dropout_p != 0.0:
         raise NotImplementedError(f"roofkit.{op}: dropout_p must be 0.0 (dropout is not supported yet); got {dropout_p}")
     _check(op, query, key, value, gqa=_flag(op, "enable_gqa", enable_gqa))
+    causal = _flag(op, "is_causal", is_causal)
+    if attn_mask is not None:
+        _check_mask(op, attn_mask, query, key, causal)
     s = _scale_of(op, scale, query.shape[-1])
-    out, _, _ = _attention_fwd_op.apply(query, key, value, _flag(op, "is_causal", is_causal), s,
-                                  torch.are_deterministic_algorithms_enabled(),
-                                  _keep_fp32(query, key, value))
+    out, _, _ = _attention_fwd_op.apply(query, key, value, attn_mask, -1, 0 if causal else -1, False, s,
+                                        torch.are_deterministic_algorithms_enabled(), _keep_fp32(query, key, value))
     return out
 
 
 @planned
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                    scale: float | None = None, return_lse: bool = False, deterministic: bool = False):
-    """FlashAttention: out = softmax(scale * q @ k^T [causal]) @ v, optionally with its log-sum-exp.
+                    scale: float | None = None, return_lse: bool = False, deterministic: bool = False,
+                    window_size: tuple[int, int] = (-1, -1)):
+    """FlashAttention: out = softmax(scale * q @ k^T [causal / window]) @ v, optionally with its log-sum-exp.
+
+    Masks are aligned to the bottom-right corner (FlashAttention 2.1): with diag = Sk - Sq, query
+    i sees key j iff i + diag - left <= j <= i + diag + right.
 
     Args:
         q: (B, Hq, Sq, D); k, v: (B, Hkv, Sk, D) with Hkv dividing Hq (GQA / MQA); float16,
             bfloat16 or float32, any strides.
-        causal: bottom-right aligned causal mask (query i sees key j iff j <= i + Sk - Sq).
+        causal: bottom-right aligned causal mask (query i sees key j iff j <= i + Sk - Sq); the
+            window's right edge is then 0 (FlashAttention's convention).
         scale: default 1 / sqrt(D).
         return_lse: also return lse = log(sum_j exp(scale * q_i . k_j)) over visible keys.
         deterministic: backward without atomics (separate dQ kernel): bitwise reproducible.
+        window_size: (left, right) sliding-window (local) attention, as FlashAttention's; -1 is
+            unbounded, (-1, -1) (default) no window; only the KV blocks inside the band are read.
     Returns:
         out (B, Hq, Sq, D) in q's dtype, or (out, lse) with lse (B, Hq, Sq) float32, natural log,
         -inf for rows that see no key (whose output is 0). Gradients flow through both.
     Raises:
-        TypeError / ValueError as :func:`scaled_dot_product_attention` (naming roofkit.flash_attention).
-    Numerics, Cost, Source: as :func:`scaled_dot_product_attention`.
+        TypeError / ValueError as :func:`scaled_dot_product_attention` (naming roofkit.flash_attention);
+        TypeError for a window_size that is not two ints, ValueError for an entry below -1.
+    Numerics, Source: as :func:`scaled_dot_product_attention`.
+    Cost: as :func:`scaled_dot_product_attention`, over the pairs the band lets through.
     """
     op = "flash_attention"
     _check(op, q, k, v, gqa=True, names=("q", "k", "v"))
     s = _scale_of(op, scale, q.shape[-1])
-    out, lse2, _ = _attention_fwd_op.apply(q, k, v, _flag(op, "causal", causal), s,
-                                     _flag(op, "deterministic", deterministic) or torch.are_deterministic_algorithms_enabled(),
-                                     _keep_fp32(q, k, v))
+    causal = _flag(op, "causal", causal)
+    left, right = _window_of(op, window_size, causal)
+    out, lse2, _ = _attention_fwd_op.apply(q, k, v, None, left, right, True, s,
+                                           _flag(op, "deterministic", deterministic)
+                                           or torch.are_deterministic_algorithms_enabled(), _keep_fp32(q, k, v))
     return (out, lse2[0] * _LN2) if _flag(op, "return_lse", return_lse) else out

@@ -19,24 +19,36 @@ from .api import flash_attention, scaled_dot_product_attention
 # ----------------------------------------------------------------------------- reference, cost
 
 
-def _visible(sq: int, sk: int, causal: bool, device) -> torch.Tensor | None:
-    """Boolean (Sq, Sk) mask of visible pairs (bottom-right causal), or None when all are visible."""
-    if not causal:
+def _band_mask(sq: int, sk: int, window: tuple[int, int], bottom_right: bool, device) -> torch.Tensor | None:
+    """Boolean (Sq, Sk) mask of the pairs inside the band of ``window`` = (left, right) (-1:
+    unbounded; causal is (-1, 0)), aligned top-left (query i's diagonal is key i, torch's
+    is_causal) or bottom-right (key i + Sk - Sq, FlashAttention's); None when all are visible."""
+    left, right = window
+    if left < 0 and right < 0:
         return None
-    i = torch.arange(sq, device=device)[:, None]
+    i = torch.arange(sq, device=device)[:, None] + (sk - sq if bottom_right else 0)
     j = torch.arange(sk, device=device)[None, :]
-    return j <= i + (sk - sq)
+    ok = torch.ones((sq, sk), dtype=torch.bool, device=device)
+    if right >= 0:
+        ok &= j <= i + right
+    if left >= 0:
+        ok &= j >= i - left
+    return ok
 
 
 def _expand_kv(t: torch.Tensor, hq: int) -> torch.Tensor:
     return t if t.shape[1] == hq else t.repeat_interleave(hq // t.shape[1], dim=1)
 
 
-def _reference_chunk(q, k, v, causal: bool, scale: float):
+def _reference_chunk(q, k, v, band, mask, scale: float):
+    """Masked softmax attention of a chunk of (batch x head) slices from materialized scores:
+    ``band`` (Sq, Sk) boolean or None, ``mask`` (chunk, Sq, Sk) boolean (True = take part) or
+    additive, or None. A row with no visible key gives 0 and lse -inf."""
     s = (q @ k.transpose(-1, -2)) * scale
-    mask = _visible(q.shape[-2], k.shape[-2], causal, q.device)
     if mask is not None:
-        s = s.masked_fill(~mask, -math.inf)
+        s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask
+    if band is not None:
+        s = s.masked_fill(~band, -math.inf)
     m = s.amax(dim=-1, keepdim=True) if s.shape[-1] else s.new_full(s.shape[:-1] + (1,), -math.inf)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
     p = torch.exp(s - m)
@@ -51,19 +63,24 @@ def _reference_chunk(q, k, v, causal: bool, scale: float):
 _REF_CHUNK_ELEMS = 1 << 28
 
 
-def _attention_reference(q, k, v, causal: bool, scale, need_lse: bool):
+def _attention_reference(q, k, v, attn_mask, window: tuple[int, int], bottom_right: bool, scale, need_lse: bool):
     B, hq, sq, d = q.shape
+    sk = k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     k, v = _expand_kv(k, hq), _expand_kv(v, hq)
     qf, kf, vf = (t.reshape(B * hq, t.shape[2], d) for t in (q, k, v))
-    per = max(1, _REF_CHUNK_ELEMS // max(1, sq * k.shape[2]))
+    band = _band_mask(sq, sk, window, bottom_right, q.device)
+    mask = attn_mask.expand(B, hq, sq, sk) if attn_mask is not None else None
+    per = max(1, _REF_CHUNK_ELEMS // max(1, sq * sk))
     outs, lses = [], []
     for a in range(0, B * hq, per):
-        args = (qf[a:a + per], kf[a:a + per], vf[a:a + per])
+        rows = torch.arange(a, min(a + per, B * hq), device=q.device)
+        m = mask[rows // hq, rows % hq] if mask is not None else None  # this chunk's slices only
+        args = (qf[a:a + per], kf[a:a + per], vf[a:a + per], band, m)
         if B * hq > per and torch.is_grad_enabled():
-            o, lse = checkpoint(_reference_chunk, *args, causal, scale, use_reentrant=False)
+            o, lse = checkpoint(_reference_chunk, *args, scale, use_reentrant=False)
         else:
-            o, lse = _reference_chunk(*args, causal, scale)
+            o, lse = _reference_chunk(*args, scale)
         outs.append(o)
         lses.append(lse)
     out = torch.cat(outs).reshape(B, hq, sq, d) if outs else q.new_zeros(q.shape)
@@ -73,38 +90,50 @@ def _attention_reference(q, k, v, causal: bool, scale, need_lse: bool):
 
 def scaled_dot_product_attention_reference(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                            scale=None, enable_gqa=False):
-    """Attention in float64 from materialized scores: masked softmax (a row with no visible key
-    gives 0), weighted sum; bottom-right causal alignment. Differentiable."""
-    return _attention_reference(query, key, value, is_causal, scale, False)
+    """Attention in float64 from materialized scores, with torch's semantics: attn_mask boolean
+    (True = take part) or added to the scaled scores, causal aligned top-left (key j <= query
+    i); a row with no visible key gives 0 (torch's math backend does too). Differentiable."""
+    return _attention_reference(query, key, value, attn_mask, (-1, 0 if is_causal else -1), False, scale, False)
 
 
-def flash_attention_reference(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False):
-    """(out, lse) in float64 (lse natural log, -inf for rows with no visible key), or out."""
-    return _attention_reference(q, k, v, causal, scale, return_lse)
+def flash_attention_reference(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False,
+                              window_size=(-1, -1)):
+    """(out, lse) in float64 (lse natural log, -inf for rows with no visible key), or out; causal
+    mask and window aligned bottom-right (query i sees key j iff i + Sk - Sq - left <= j <=
+    i + Sk - Sq + right; causal sets right = 0)."""
+    window = (window_size[0], 0 if causal else window_size[1])
+    return _attention_reference(q, k, v, None, window, True, scale, return_lse)
 
 
-def _visible_pairs(sq: int, sk: int, causal: bool) -> float:
-    """(query, key) pairs computed: all of them; under causal masking half when Sq == Sk (the
-    usual FLOP convention), else the visible pairs counted exactly (bottom-right)."""
-    if not causal:
+def _visible_pairs(sq: int, sk: int, window: tuple[int, int], bottom_right: bool) -> float:
+    """(query, key) pairs computed: all of them without a band; causal with Sq == Sk half (the
+    usual FLOP convention); else the pairs inside the band, counted exactly."""
+    left, right = window
+    if left < 0 and right < 0:
         return sq * sk
-    if sq == sk:
+    if sq == sk and (left, right) == (-1, 0):
         return sq * sk / 2
-    # sum over i of clamp(i + sk - sq + 1, 0, sk)
+    d0 = sk - sq if bottom_right else 0
     total = 0
     for i in range(sq):
-        total += min(max(i + sk - sq + 1, 0), sk)
+        hi = min(i + d0 + right, sk - 1) if right >= 0 else sk - 1
+        lo = max(i + d0 - left, 0) if left >= 0 else 0
+        total += max(hi - lo + 1, 0)
     return total
 
 
-def attention_cost(case, dtype: torch.dtype) -> Cost:
-    """Forward: 4 * B * Hq * pairs * D FLOPs (two matmuls); bytes: q, k, v read once, out written
-    (+ fp32 lse for ``return_lse``). ``mode='fwd_bwd'``: 3.5x the forward FLOPs (backward counted
+def attention_cost(case, dtype: torch.dtype, *, bottom_right: bool = False) -> Cost:
+    """Forward: 4 * B * Hq * pairs * D FLOPs (two matmuls; pairs as ``_visible_pairs``, the causal
+    band aligned top-left as scaled_dot_product_attention's or, ``bottom_right``, as
+    flash_attention's); bytes: q, k, v read once, out written (+ fp32 lse for ``return_lse``; the
+    attn_mask is not counted). ``mode='fwd_bwd'``: 3.5x the forward FLOPs (backward counted
     2.5x); bytes add dO read and dq, dk, dv written."""
     B, hq, sq, sk, d = case["shape"]
     hkv = case.get("hkv", hq)
     size = torch.empty((), dtype=dtype).element_size()
-    flops = 4.0 * B * hq * _visible_pairs(sq, sk, case.get("causal", False)) * d
+    left, right = case.get("window", (-1, -1))
+    window = (left, 0 if case.get("causal", False) else right)
+    flops = 4.0 * B * hq * _visible_pairs(sq, sk, window, bottom_right) * d
     q_bytes = B * hq * sq * d * size
     kv_bytes = 2 * B * hkv * sk * d * size
     nbytes = 2 * q_bytes + kv_bytes  # q read, out written, k and v read
@@ -115,22 +144,21 @@ def attention_cost(case, dtype: torch.dtype) -> Cost:
     return Cost(flops=flops, bytes=nbytes)
 
 
+def flash_attention_cost(case, dtype: torch.dtype) -> Cost:
+    """``attention_cost`` with the band aligned bottom-right (flash_attention's)."""
+    return attention_cost(case, dtype, bottom_right=True)
+
+
 # ----------------------------------------------------------------------------- torch's own
 
 
 def _sdpa_torch(backend=None):
-    """torch SDPA with bottom-right causal alignment (torch's is_causal is top-left when Sq != Sk,
-    so an explicit mask is passed then), under ``backend`` (an SDPBackend) when given."""
+    """torch SDPA (the same function as roofkit's: top-left causal, attn_mask as given), under
+    ``backend`` (an SDPBackend) when given."""
 
     def run(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if attn_mask is not None or dropout_p:
-            raise NotImplementedError("attn_mask / dropout are not part of roofkit's attention cases")
-        sq, sk = query.shape[-2], key.shape[-2]
-        kwargs = dict(scale=scale, enable_gqa=enable_gqa)
-        if is_causal and sq != sk:
-            kwargs["attn_mask"] = _visible(sq, sk, True, query.device)
-        else:
-            kwargs["is_causal"] = is_causal
+        kwargs = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                      enable_gqa=enable_gqa)
         if backend is None:
             return F.scaled_dot_product_attention(query, key, value, **kwargs)
         from torch.nn.attention import sdpa_kernel
@@ -154,25 +182,35 @@ def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     if per >= hq:
         return run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     g = hq // hkv
+    mask = attn_mask.expand(B, hq, query.shape[2], key.shape[2]) if attn_mask is not None else None
     outs = [run(query[:, a:a + per], key[:, a // g:(a + per) // g], value[:, a // g:(a + per) // g],
-                attn_mask, dropout_p, is_causal, scale, enable_gqa) for a in range(0, hq, per)]
+                mask[:, a:a + per] if mask is not None else None, dropout_p, is_causal, scale, enable_gqa)
+            for a in range(0, hq, per)]
     return torch.cat(outs, dim=1)
 
 
-def _flash_torch(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False):
-    """torch's math SDPA for the output and an fp32 logsumexp of the scores for lse."""
-    out = _sdpa_math(q, k, v, is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+def _flash_torch(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False, window_size=(-1, -1)):
+    """flash_attention through torch: math SDPA for the output, with the bottom-right band passed
+    as a boolean mask (torch's is_causal aligns top-left; the same when Sq == Sk), and an fp32
+    logsumexp of the masked scores for lse."""
+    sq, sk = q.shape[2], k.shape[2]
+    window = (window_size[0], 0 if causal else window_size[1])
+    band = _band_mask(sq, sk, window, True, q.device)
+    kwargs = dict(scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    if window == (-1, 0) and sq == sk:
+        out = _sdpa_math(q, k, v, is_causal=True, **kwargs)
+    else:
+        out = _sdpa_math(q, k, v, attn_mask=band, **kwargs)
     if not return_lse:
         return out
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     kf = _expand_kv(k, q.shape[1]).float()
     lses = []
-    per = max(1, _REF_CHUNK_ELEMS // max(1, q.shape[2] * k.shape[2] * q.shape[0]))
+    per = max(1, _REF_CHUNK_ELEMS // max(1, sq * sk * q.shape[0]))
     for a in range(0, q.shape[1], per):
         s = (q[:, a:a + per].float() @ kf[:, a:a + per].transpose(-1, -2)) * scale
-        mask = _visible(q.shape[2], k.shape[2], causal, q.device)
-        if mask is not None:
-            s = s.masked_fill(~mask, -math.inf)
+        if band is not None:
+            s = s.masked_fill(~band, -math.inf)
         lses.append(torch.logsumexp(s, dim=-1))
     lse = torch.cat(lses, dim=1) if lses else q.new_zeros(q.shape[:3], dtype=torch.float32)
     return out, lse
@@ -195,9 +233,45 @@ def _qkv(case, dtype, generator, device):
     return make(hq, sq), make(hkv, sk), make(hkv, sk)
 
 
+def _attn_mask(case, dtype, generator, device) -> torch.Tensor | None:
+    """The case's attn_mask (``mask``): "padding" boolean (B, 1, 1, Sk), batch b > 0 with its
+    first 3b and last 2b keys padded out (left and right padding); "additive" (B, 1, Sq, Sk) in
+    the inputs' dtype: a normal bias (ALiBi-like) with about 20% of the pairs at -inf and 20% at
+    the dtype's lowest value (transformers' masked pairs), key i % Sk always kept;
+    "bool_2d_dead_row" (Sq, Sk) boolean, about half the pairs kept and row 3 none (a row that
+    sees no key); "bottom_right" (1, 1, Sq, Sk) boolean: key j <= query i + Sk - Sq (a KV cache's
+    causal mask, as transformers builds it)."""
+    kind = case.get("mask")
+    if kind is None:
+        return None
+    B, hq, sq, sk, d = case["shape"]
+    gdev = generator.device
+    if kind == "padding":
+        j = torch.arange(sk, device=gdev)
+        keep = torch.stack([(j >= 3 * b) & (j < sk - 2 * b) for b in range(B)])
+        return keep.reshape(B, 1, 1, sk).to(device)
+    if kind == "additive":
+        bias = torch.randn((B, 1, sq, sk), generator=generator, device=gdev)
+        u = torch.rand((B, 1, sq, sk), generator=generator, device=gdev)
+        kept = torch.arange(sk, device=gdev)[None, :] == (torch.arange(sq, device=gdev) % max(sk, 1))[:, None]
+        bias = bias.masked_fill((u < 0.2) & ~kept, -math.inf)
+        bias = bias.to(dtype).masked_fill((u > 0.8) & ~kept, torch.finfo(dtype).min)
+        return bias.to(device)
+    if kind == "bool_2d_dead_row":
+        keep = torch.rand((sq, sk), generator=generator, device=gdev) < 0.5
+        keep[3] = False
+        return keep.to(device)
+    if kind == "bottom_right":
+        return _band_mask(sq, sk, (-1, 0), True, device).reshape(1, 1, sq, sk)
+    raise ValueError(f"unknown attention mask kind {kind!r}")
+
+
 def _sdpa_inputs(case, dtype, generator, device) -> Inputs:
     q, k, v = _qkv(case, dtype, generator, device)
     kwargs = {"is_causal": case.get("causal", False), "enable_gqa": q.shape[1] != k.shape[1]}
+    mask = _attn_mask(case, dtype, generator, device)
+    if mask is not None:
+        kwargs["attn_mask"] = mask
     if case.get("scale") is not None:
         kwargs["scale"] = case["scale"]
     return Inputs((q, k, v), kwargs)
@@ -207,6 +281,8 @@ def _flash_inputs(case, dtype, generator, device) -> Inputs:
     q, k, v = _qkv(case, dtype, generator, device)
     kwargs = {"causal": case.get("causal", False), "return_lse": True,
               "deterministic": bool(case.get("deterministic", False))}
+    if case.get("window") is not None:
+        kwargs["window_size"] = case["window"]
     if case.get("scale") is not None:
         kwargs["scale"] = case["scale"]
     return Inputs((q, k, v), kwargs)
@@ -222,9 +298,11 @@ _F16 = (torch.float16,)
 _BF16 = (torch.bfloat16,)
 _GPU = (torch.bfloat16, torch.float16)
 
-# shape = (B, Hq, Sq, Sk, D); hkv = key/value heads (default Hq).
+# shape = (B, Hq, Sq, Sk, D); hkv = key/value heads (default Hq); mask = attn_mask kind (_attn_mask).
+# is_causal aligns top-left (torch's): causal_5q_2k, sq40_sk17_causal and sq17_sk40_causal have
+# Sq != Sk both ways.
 CASES = [
-    case("causal_5q_2k_rows_0_to_2_zero", ["quick"], shape=(2, 4, 5, 2, 32), causal=True, dtypes=_CPU),
+    case("causal_5q_2k_top_left", ["quick"], shape=(2, 4, 5, 2, 32), causal=True, dtypes=_CPU),
     case("sq1_sk37", ["quick"], shape=(1, 2, 1, 37, 32), dtypes=_CPU),
     # Sk = 1: dq and dk are exactly 0 mathematically (one key, softmax 1) and the harness demands
     # an exact zero there; the gradients of this shape are checked in tests/ops/test_attention.py.
@@ -251,7 +329,14 @@ CASES = [
     # decoding kernels are forward only; the backward of a combined lse is checked by
     # flash_attention's lse_decode_sq2_sk600, of Sq = 1 by sq1_sk37, of GQA by gqa_4_over_2_causal.
     case("decode_gqa_sq1_sk600", shape=(1, 4, 1, 600, 32), hkv=2, dtypes=_F16, grad=False),
-    case("decode_causal_sq3_sk520", shape=(1, 2, 3, 520, 32), causal=True, dtypes=_F16, grad=False),
+    # A KV cache's causal step: 3 queries at the end of 520 keys, through a bottom-right mask.
+    case("decode_sq3_sk520_bottom_right_mask", shape=(1, 2, 3, 520, 32), mask="bottom_right", dtypes=_F16,
+         grad=False),
+    # attn_mask: broadcast boolean padding (left and right), additive with GQA, 2-D with a row
+    # that sees no key (output 0, gradients 0).
+    case("mask_padding_b11k", ["quick"], shape=(2, 2, 24, 24, 32), mask="padding", dtypes=_CPU),
+    case("mask_additive_gqa_b1qk", shape=(1, 4, 20, 27, 32), hkv=2, mask="additive", dtypes=_CPU),
+    case("mask_2d_dead_row", shape=(1, 2, 21, 35, 16), mask="bool_2d_dead_row", dtypes=_CPU),
     case("empty_sq0", ["quick"], shape=(1, 2, 0, 8, 32), dtypes=_CPU),
     case("empty_sk0_gives_zeros", shape=(1, 2, 8, 0, 32), dtypes=_CPU),
     case("empty_batch0", shape=(0, 2, 8, 8, 32), dtypes=_F16),
@@ -276,7 +361,10 @@ CASES = [
     case("gpu_layout_bshd", ["gpu"], shape=(2, 8, 777, 777, 128), layout="bshd", causal=True, dtypes=_BF16),
     case("gpu_fp32", ["gpu"], shape=(1, 4, 200, 300, 64), causal=True, dtypes=(torch.float32,)),
     case("gpu_decode_gqa_32_over_8", ["gpu"], shape=(4, 32, 1, 8192, 128), hkv=8, dtypes=_BF16),
-    case("gpu_decode_sq4_causal", ["gpu"], shape=(2, 32, 4, 3000, 128), hkv=8, causal=True, dtypes=_BF16),
+    case("gpu_decode_sq4_bottom_right_mask", ["gpu"], shape=(2, 32, 4, 3000, 128), hkv=8, mask="bottom_right",
+         dtypes=_BF16),
+    case("gpu_mask_padding", ["gpu"], shape=(2, 8, 777, 777, 128), hkv=2, mask="padding", dtypes=_BF16),
+    case("gpu_mask_additive", ["gpu"], shape=(2, 8, 300, 1000, 128), mask="additive", dtypes=_GPU),
     case("gpu_decode_head_dim_256", ["gpu"], shape=(2, 8, 1, 5000, 256), hkv=2, dtypes=_BF16),
 ]
 
@@ -314,10 +402,14 @@ _FLASH_CASES = [
     case("deterministic_backward_repeat", shape=(1, 4, 40, 33, 32), hkv=2, causal=True, deterministic=True,
          dtypes=_CPU),
     case("empty_sk0_lse_minus_inf", shape=(1, 2, 3, 0, 32), dtypes=_F16),
+    # Sliding window (left 7, right 3): both edges of the band cross the 16-row tiles.
+    case("window_7_3_sq24_sk40", shape=(1, 2, 24, 40, 32), window=(7, 3), dtypes=_CPU),
     case("gpu_lse_s1023_causal", ["gpu"], shape=(2, 8, 1023, 1023, 128), causal=True, dtypes=_BF16),
     case("gpu_deterministic_backward_repeat", ["gpu"], shape=(2, 8, 1023, 1023, 128), hkv=2, causal=True,
          deterministic=True, dtypes=_BF16),
     case("gpu_deterministic_s8448", ["gpu"], shape=(1, 4, 8448, 8448, 128), causal=True, deterministic=True,
+         dtypes=_BF16),
+    case("gpu_window_512_causal", ["gpu"], shape=(2, 8, 2048, 2048, 128), hkv=2, causal=True, window=(512, 0),
          dtypes=_BF16),
 ]
 
@@ -382,7 +474,7 @@ FLASH_ATTENTION_SPEC = OpSpec(
     reference=flash_attention_reference,
     torch_impl=_flash_torch,
     make_inputs=_flash_inputs,
-    cost=attention_cost,
+    cost=flash_attention_cost,
     reduction_length=_reduction_length,
     dtypes=(torch.bfloat16, torch.float16, torch.float32),
     cases=_FLASH_CASES,
