@@ -8,6 +8,8 @@ scaled_dot_product_attention and flash_attention (exact attention); swiglu and g
 products of LLM MLPs), add_rms_norm (the residual add fused into the norm), rope (rotary
 position embedding of q and k in one launch), linear_cross_entropy (the vocabulary projection and
 its loss without the full logits).
+Modules for models: :mod:`roofkit.nn`; a transformers model patched in one line:
+``roofkit.patch(model)`` (:mod:`roofkit.integration`).
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
 
 The ops are imported on first use, so a program (or the CLI) can set TRITON_INTERPRET=1 after
@@ -19,7 +21,7 @@ _OPS = ("softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "su
         "index_add", "masked_select", "compact", "matmul", "linear",
         "quantize", "dequantize", "int8_matmul", "scaled_mm", "scaled_dot_product_attention", "flash_attention",
         "swiglu", "geglu", "add_rms_norm", "rope", "linear_cross_entropy")
-__all__ = [*_OPS, "__version__"]
+__all__ = [*_OPS, "patch", "__version__"]
 
 
 def __getattr__(name):
@@ -27,6 +29,11 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(".nn", __name__)
+    if name == "patch":  # roofkit.integration.patch (transformers models)
+        from .integration import patch
+
+        globals()["patch"] = patch
+        return patch
     if name in _OPS:
         from . import ops
 

@@ -351,6 +351,12 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_e2e(args) -> int:
+    from . import e2e
+
+    return e2e.main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="roofkit", description="Verified Triton kernels, placed on the roofline of this GPU.")
     from . import __version__
@@ -402,6 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", help="also write the ceilings to this JSON file")
     s.set_defaults(func=cmd_device)
 
+    s = sub.add_parser("e2e", add_help=False, help="a whole transformers model (train, prefill or decode) with eager, "
+                       "torch.compile, Liger and roofkit, each in its own process (`roofkit e2e --help`)")
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(func=cmd_e2e)
+
     s = sub.add_parser("report", help="table of a results.json; with two (old, new), the ratio per row and "
                        "the regressions beyond noise (the sum of both rows' p20-p80 spreads, at least 2%%)")
     s.add_argument("results")
@@ -411,6 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["e2e"]:  # its own options (argparse's remainder would not take them after a subcommand)
+        _setup_backend()
+        return cmd_e2e(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     _setup_backend()
     return args.func(args)

@@ -1,0 +1,336 @@
+"""``roofkit e2e``: a whole model, end to end, with and without roofkit (and its peers).
+
+A transformers causal-LM model is built from a real model's configuration (random weights, no
+download; ``--layers`` of its decoder layers) and run by each provider in a process of its own:
+
+- ``eager``: the model as transformers runs it (SDPA attention);
+- ``torch.compile``: ``torch.compile(model)``;
+- ``liger``: Liger-Kernel's ``apply_liger_kernel_to_<family>(model=...)`` (rope, RMSNorm, SwiGLU /
+  GeGLU, fused linear cross-entropy);
+- ``roofkit``: ``roofkit.patch(model)``; ``roofkit+compile``: patched, then compiled.
+
+Modes: ``train`` (forward, backward and a fused AdamW step on batch x seq random tokens, labels =
+inputs), ``prefill`` (one forward without gradients, the last position's logits), ``decode``
+(batch 1: a prefix of ``--seq`` tokens, then one token at a time through the KV cache). Each
+provider reports its median step time, tokens/s, peak memory (``torch.cuda.max_memory_allocated``
+over the timed steps, the weights included), the first step's time (compilation, tuning and the
+first call's recording land there) and the first step's loss (train) beside eager's. Records go to
+``results.json`` / ``results.csv`` with the environment, and a bar chart to ``e2e.png``.
+
+Without a GPU the same runs take a tiny configuration through the Triton interpreter: a check
+that everything runs, not a measurement (it says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODELS = {  # the decoder's dimensions of the published configurations
+    "llama3-8b": dict(family="llama", hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0),
+    "llama3-70b": dict(family="llama", hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
+                       num_key_value_heads=8, vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0),
+    "qwen2-7b": dict(family="qwen2", hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
+                     num_key_value_heads=4, vocab_size=152064, rms_norm_eps=1e-6, rope_theta=1000000.0),
+    "mistral-7b": dict(family="mistral", hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                       num_key_value_heads=8, vocab_size=32000, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                       sliding_window=4096),
+    "gemma-7b": dict(family="gemma", hidden_size=3072, intermediate_size=24576, num_attention_heads=16,
+                     num_key_value_heads=16, head_dim=256, vocab_size=256000, rms_norm_eps=1e-6,
+                     hidden_act="gelu_pytorch_tanh"),
+}
+TINY = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+PROVIDERS = ("eager", "torch.compile", "liger", "roofkit", "roofkit+compile")
+_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM"}
+_MARK = "ROOFKIT_E2E_RESULT "
+
+
+# ----------------------------------------------------------------------------- one provider (worker)
+
+
+def _build(spec: dict, device, dtype):
+    import torch
+    import transformers
+
+    dims = dict(MODELS[spec["model"]])
+    family = dims.pop("family")
+    if spec["tiny"]:
+        dims.update(TINY)
+        dims.pop("head_dim", None)
+    cfg = getattr(transformers, _CLASSES[family].replace("ForCausalLM", "Config"))(
+        num_hidden_layers=spec["layers"], max_position_embeddings=max(8192, 2 * spec["seq"]), **dims)
+    cfg.use_cache = spec["mode"] == "decode"
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = getattr(transformers, _CLASSES[family])(cfg)
+    finally:
+        torch.set_default_dtype(default)
+    return model, family
+
+
+def _apply(provider: str, model, family: str):
+    import torch
+
+    import roofkit
+
+    if provider == "liger":
+        import liger_kernel.transformers as lk
+
+        getattr(lk, f"apply_liger_kernel_to_{family}")(model=model)
+    if provider.startswith("roofkit"):
+        roofkit.patch(model)
+    if provider.endswith("compile"):
+        model = torch.compile(model)
+    return model
+
+
+def _sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _worker(spec: dict) -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"  # before roofkit's kernels are defined
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model, family = _build(spec, device, dtype)
+    model = _apply(spec["provider"], model, family)
+    vocab = model.config.vocab_size
+    g = torch.Generator(device=device).manual_seed(1)
+    b, s = spec["batch"], spec["seq"]
+    ids = torch.randint(0, vocab, (b, s), device=device, generator=g)
+    times, loss0 = [], None
+
+    if spec["mode"] == "train":
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+
+        def step():
+            out = model(input_ids=ids, labels=ids)
+            out.loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return out.loss.detach()
+        tokens = b * s
+    elif spec["mode"] == "prefill":
+        model.eval()
+
+        def step():
+            with torch.no_grad():
+                return model(input_ids=ids, logits_to_keep=1).logits
+        tokens = b * s
+    else:  # decode: batch 1, the prefix through the cache, then `steps` tokens one at a time
+        from transformers import DynamicCache
+
+        model.eval()
+        ids = ids[:1]
+        new = spec["decode_tokens"]
+
+        def step():
+            with torch.no_grad():
+                cache = DynamicCache(config=model.config)
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                nxt = out.logits[:, -1:].argmax(-1)
+                _sync(device)
+                t0 = time.perf_counter()
+                for _ in range(new):
+                    out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+                    nxt = out.logits[:, -1:].argmax(-1)
+                _sync(device)
+                return (time.perf_counter() - t0) / new
+        tokens = 1
+
+    t0 = time.perf_counter()
+    first = step()
+    _sync(device)
+    first_s = time.perf_counter() - t0
+    if spec["mode"] == "train":
+        loss0 = float(first)
+    for _ in range(spec["warmup"]):
+        step()
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(spec["steps"]):
+        if spec["mode"] == "decode":
+            times.append(step() * 1e3)
+            continue
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    ms = statistics.median(times)
+    return {"step_ms": ms, "p20_ms": _quantile(times, 0.2), "p80_ms": _quantile(times, 0.8),
+            "tokens_per_s": tokens / (ms / 1e3), "peak_bytes": torch.cuda.max_memory_allocated(device)
+            if device.type == "cuda" else None, "first_step_s": first_s, "loss0": loss0, "steps": len(times),
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def _run_provider(spec: dict, timeout: float) -> dict:
+    """One provider in a fresh process; its record (``status`` "ok" or "error" with the reason)."""
+    cmd = [sys.executable, "-m", "roofkit.e2e", "--worker", json.dumps(spec)]
+    rec = {k: spec[k] for k in ("model", "layers", "mode", "batch", "seq", "provider")}
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**rec, "status": "error", "error": f"no result within {timeout:.0f} s"}
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith(_MARK)]
+    if run.returncode != 0 or not lines:
+        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+        return {**rec, "status": "error", "error": " | ".join(tail)[-500:] or f"exit status {run.returncode}"}
+    return {**rec, "status": "ok", **json.loads(lines[-1][len(_MARK):])}
+
+
+def _provider_available(provider: str) -> str | None:
+    """Why ``provider`` cannot run here, or None."""
+    import importlib.util
+
+    import torch
+
+    if provider == "liger":
+        if importlib.util.find_spec("liger_kernel") is None:
+            return "Liger-Kernel is not installed (pip install roofkit[peers])"
+        if not torch.cuda.is_available():
+            return "Liger-Kernel needs a GPU"
+    if provider.endswith("compile") and not torch.cuda.is_available():
+        return "left out without a GPU (compilation on the interpreter takes minutes)"
+    return None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="roofkit e2e", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
+    p.add_argument("--layers", type=int, default=8, help="decoder layers (default: 8)")
+    p.add_argument("--mode", default="train", choices=("train", "prefill", "decode"))
+    p.add_argument("--batch", type=int, default=None, help="default: 4 (train, prefill), 1 (decode)")
+    p.add_argument("--seq", type=int, default=2048, help="tokens per sequence; decode: the prefix (default: 2048)")
+    p.add_argument("--providers", nargs="+", default=list(PROVIDERS), choices=PROVIDERS)
+    p.add_argument("--steps", type=int, default=8, help="timed steps (decode: repeats of the token loop; default: 8)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (default: 2)")
+    p.add_argument("--decode-tokens", type=int, default=32, help="decode: tokens per timed repeat (default: 32)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per provider (default: 900)")
+    p.add_argument("--out", default="roofkit-out/e2e", help="folder for results.json, results.csv, e2e.png")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        rec = _worker(json.loads(args.worker))
+        print(_MARK + json.dumps(rec), flush=True)
+        return 0
+
+    import torch
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from .harness.device import environment
+
+    console = Console()
+    tiny = not torch.cuda.is_available()
+    spec = dict(model=args.model, layers=args.layers, mode=args.mode, seq=args.seq, steps=args.steps,
+                warmup=args.warmup, decode_tokens=args.decode_tokens, tiny=tiny,
+                batch=args.batch or (1 if args.mode == "decode" else 4))
+    if tiny:
+        spec.update(layers=min(args.layers, 2), seq=min(args.seq, 32), batch=min(spec["batch"], 2),
+                    steps=min(args.steps, 2), warmup=0, decode_tokens=min(args.decode_tokens, 4))
+        console.print("[yellow]No GPU: a tiny configuration of the model through the Triton interpreter (a check "
+                      "that it runs; the times are not measurements)[/yellow]")
+    records = []
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers))
+        for provider in args.providers:
+            bar.update(task, description=f"e2e {args.model} {args.mode}: {provider}")
+            why = _provider_available(provider)
+            if why:
+                records.append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
+                                "provider": provider, "status": "skipped", "error": why})
+            else:
+                records.append(_run_provider({**spec, "provider": provider}, args.timeout))
+            bar.advance(task)
+    eager = next((r for r in records if r["provider"] == "eager" and r["status"] == "ok"), None)
+    for r in records:
+        if r["status"] == "ok" and eager:
+            r["vs_eager"] = r["tokens_per_s"] / eager["tokens_per_s"]
+            if r.get("peak_bytes") and eager.get("peak_bytes"):
+                r["memory_vs_eager"] = r["peak_bytes"] / eager["peak_bytes"]
+            if r.get("loss0") is not None and eager.get("loss0") is not None:
+                r["loss0_diff"] = r["loss0"] - eager["loss0"]
+    env = environment()
+    env["interpreter"] = tiny
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"environment": env, "spec": spec, "records": records}, f, indent=1)
+    keys = ["model", "layers", "mode", "batch", "seq", "provider", "status", "step_ms", "p20_ms", "p80_ms",
+            "tokens_per_s", "vs_eager", "peak_bytes", "memory_vs_eager", "first_step_s", "loss0", "loss0_diff", "error"]
+    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(records)
+    _plot(records, os.path.join(args.out, "e2e.png"), f"{args.model}, {spec['layers']} layers, {args.mode}, "
+          f"batch {spec['batch']} x {spec['seq']} ({env.get('gpu') or 'CPU, interpreter'})")
+
+    unit = "ms / token" if args.mode == "decode" else "ms / step"
+    t = Table(title=f"roofkit e2e: {args.model}, {spec['layers']} layers, {args.mode}, batch {spec['batch']} x "
+              f"{spec['seq']} ({env.get('gpu') or 'CPU, Triton interpreter: not a measurement'})")
+    for col in ("provider", unit, "p20-p80", "tokens/s", "vs eager", "peak GiB", "first step s", "loss0", "note"):
+        t.add_column(col, justify="left" if col in ("provider", "note") else "right")
+    for r in records:
+        if r["status"] != "ok":
+            t.add_row(r["provider"], "", "", "", "", "", "", "", f"{r['status']}: {r.get('error', '')}"[:120])
+            continue
+        t.add_row(r["provider"], f"{r['step_ms']:.2f}", f"{r['p20_ms']:.2f}-{r['p80_ms']:.2f}",
+                  f"{r['tokens_per_s']:,.0f}", f"{r.get('vs_eager', math.nan):.2f}x",
+                  f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else "",
+                  f"{r['first_step_s']:.1f}", "" if r.get("loss0") is None else f"{r['loss0']:.4f}", "")
+    console.print(t)
+    console.print(f"wrote {args.out}/results.json, results.csv, e2e.png")
+    return 0 if all(r["status"] != "error" for r in records) else 1
+
+
+def _plot(records, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in records if r["status"] == "ok"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    names = [r["provider"] for r in ok]
+    axes[0].barh(names, [r["tokens_per_s"] for r in ok], color="tab:blue")
+    axes[0].set_xlabel("tokens / s")
+    axes[1].barh(names, [(r.get("peak_bytes") or 0) / 2**30 for r in ok], color="tab:gray")
+    axes[1].set_xlabel("peak memory (GiB)")
+    for ax in axes:
+        ax.invert_yaxis()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

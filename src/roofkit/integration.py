@@ -1,0 +1,247 @@
+"""roofkit inside a transformers model in one line: ``roofkit.patch(model)``.
+
+For the causal-LM models of the Llama, Mistral, Qwen2, Qwen3 and Gemma families (transformers
+>= 5), in place:
+
+- **rms_norm**: every RMSNorm module (the decoder's, the final one, Qwen3's per-head q / k norms)
+  through :func:`roofkit.rms_norm` (Gemma's ``1 + weight`` form included);
+- **mlp**: the gated MLP's product through :func:`roofkit.swiglu` (``hidden_act`` silu) or
+  :func:`roofkit.geglu` (gelu, gelu_pytorch_tanh); the projections stay torch's;
+- **rope**: the attention modules' call of ``apply_rotary_pos_emb`` through :func:`roofkit.rope`
+  (their forward, unchanged, runs with that one name bound to roofkit's: the transformers module
+  itself, and every other model of the family, keep theirs);
+- **attention**: ``roofkit`` registered in transformers' attention-function and attention-mask
+  registries (the mask function is SDPA's: None where ``is_causal`` covers it, else a boolean
+  4-D mask for padding and sliding windows), and the model switched to it: attention through
+  :func:`roofkit.scaled_dot_product_attention`, exactly torch's semantics;
+- **loss**: in training with ``labels``, the vocabulary projection and its cross-entropy through
+  :func:`roofkit.linear_cross_entropy` (the (tokens x vocabulary) logits are never made; the
+  output's ``logits`` is None, as other fused-loss integrations return it). Evaluation, or no
+  labels, runs the model's own forward.
+
+Modules are patched by switching their class to a subclass whose ``forward`` calls roofkit
+(parameters, buffers, state-dict keys and ``isinstance`` unchanged). What was replaced is kept
+in ``model.roofkit_patch`` (a :class:`Summary`), and printed with ``verbose=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+
+import torch
+import torch.nn.functional as F
+
+import roofkit
+
+__all__ = ["patch", "Summary", "FAMILIES"]
+
+# config.model_type -> the transformers module that defines the family
+FAMILIES = {
+    "llama": "transformers.models.llama.modeling_llama",
+    "mistral": "transformers.models.mistral.modeling_mistral",
+    "qwen2": "transformers.models.qwen2.modeling_qwen2",
+    "qwen3": "transformers.models.qwen3.modeling_qwen3",
+    "gemma": "transformers.models.gemma.modeling_gemma",
+}
+_GLU = {"silu": ("swiglu", None), "swish": ("swiglu", None), "gelu": ("geglu", "none"),
+        "gelu_pytorch_tanh": ("geglu", "tanh"), "gelu_new": ("geglu", "tanh")}
+ATTENTION = "roofkit"
+
+
+@dataclasses.dataclass
+class Summary:
+    """What :func:`patch` replaced (module counts by kind) and what it left, with the reason."""
+
+    family: str
+    replaced: dict = dataclasses.field(default_factory=dict)
+    left: dict = dataclasses.field(default_factory=dict)
+
+    def __str__(self) -> str:
+        done = ", ".join(f"{k} ({v})" for k, v in self.replaced.items()) or "nothing"
+        lines = [f"roofkit.patch ({self.family}): replaced {done}"]
+        lines += [f"  left {k}: {why}" for k, why in self.left.items()]
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- replacements
+
+
+def _rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    w = self.weight
+    if w.dtype != hidden_states.dtype:  # an fp32 weight on 16-bit activations: the model's own forward
+        return super(type(self), self).forward(hidden_states)
+    eps = getattr(self, "variance_epsilon", None)
+    return roofkit.rms_norm(hidden_states, (w.shape[-1],), w, self.eps if eps is None else eps)
+
+
+def _gemma_rms_norm_forward(self, x: torch.Tensor) -> torch.Tensor:
+    # Gemma scales by (1 + weight) (in float32, then rounded once with the output): the factor is
+    # rounded to the activations' dtype first here, one more rounding for 16-bit weights.
+    return roofkit.rms_norm(x, (self.weight.shape[-1],), (1.0 + self.weight.float()).to(x.dtype), self.eps)
+
+
+def _swiglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(roofkit.swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+def _geglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(roofkit.geglu(self.gate_proj(x), self.up_proj(x), approximate=self._roofkit_approximate))
+
+
+def _rope(q, k, cos, sin, unsqueeze_dim=1):
+    return roofkit.rope(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+
+
+def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' attention-function signature (query (B, H, S, D); returns (B, S, H, D), None),
+    with the decisions of its SDPA integration: causal only without a mask and with more than
+    one query, keys cropped to the queries for a causal call on an empty cache."""
+    if dropout:
+        raise NotImplementedError("roofkit.patch: attention dropout is not supported (the model is in training mode "
+                                  "with attention_dropout > 0); patch with attention=False")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    if causal and key.shape[2] > query.shape[2]:
+        key, value = key[:, :, :query.shape[2]], value[:, :, :query.shape[2]]
+    out = roofkit.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, is_causal=causal,
+                                               scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                       inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+    if labels is None or not self.training or getattr(self.lm_head, "bias", None) is not None:
+        return super(type(self), self).forward(input_ids=input_ids, attention_mask=attention_mask,
+                                               position_ids=position_ids, past_key_values=past_key_values,
+                                               inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+                                               logits_to_keep=logits_to_keep, **kwargs)
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    num_items = kwargs.pop("num_items_in_batch", None)
+    kwargs.pop("ignore_index", None)
+    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    hidden = outputs.last_hidden_state
+    # transformers' causal-LM loss: labels shifted left, the last position ignored
+    target = F.pad(labels, (0, 1), value=-100)[..., 1:].to(hidden.device)
+    loss = roofkit.linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.lm_head.weight, target.reshape(-1),
+                                        reduction="mean" if num_items is None else "sum", ignore_index=-100)
+    if num_items is not None:
+        loss = loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
+    return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                                  hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
+# ----------------------------------------------------------------------------- patching
+
+_SUBCLASSES: dict = {}
+_ROPE_FORWARDS: dict = {}
+
+
+def _with_roofkit_rope(forward, module_dict: dict):
+    """``forward`` (an attention module's) with its global ``apply_rotary_pos_emb`` bound to
+    roofkit's; None if it cannot be rebound (a wrapped function, or one from another module)."""
+    if forward in _ROPE_FORWARDS:
+        return _ROPE_FORWARDS[forward]
+    if hasattr(forward, "__wrapped__") or getattr(forward, "__globals__", None) is not module_dict:
+        return None
+    new = types.FunctionType(forward.__code__, {**module_dict, "apply_rotary_pos_emb": _rope}, forward.__name__,
+                             forward.__defaults__, forward.__closure__)
+    new.__kwdefaults__, new.__qualname__, new.__doc__ = forward.__kwdefaults__, forward.__qualname__, forward.__doc__
+    _ROPE_FORWARDS[forward] = new
+    return new
+
+
+def _swap(module: torch.nn.Module, forward, **attrs) -> None:
+    """Give ``module`` a roofkit subclass of its class whose forward is ``forward``."""
+    base = type(module)
+    if getattr(base, "_roofkit_forward", None) is forward:
+        return
+    key = (base, forward)
+    if key not in _SUBCLASSES:
+        _SUBCLASSES[key] = type(f"Roofkit{base.__name__}", (base,),
+                                {"forward": forward, "_roofkit_forward": forward, "__module__": __name__})
+    module.__class__ = _SUBCLASSES[key]
+    for k, v in attrs.items():
+        setattr(module, k, v)
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+
+
+def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bool = True,
+          attention: bool = True, loss: bool = True, verbose: bool = False) -> torch.nn.Module:
+    """Replace what roofkit supports in a transformers causal-LM model, in place; returns ``model``.
+
+    Args:
+        model: a transformers ``PreTrainedModel`` of a supported family (``FAMILIES``: llama,
+            mistral, qwen2, qwen3, gemma), e.g. ``LlamaForCausalLM`` (the loss is replaced only on
+            a ``...ForCausalLM``).
+        rms_norm, rope, mlp, attention, loss: which parts to replace (see the module docstring).
+        verbose: print what was replaced.
+    Returns:
+        ``model``, with ``model.roofkit_patch`` (a :class:`Summary`).
+    Raises:
+        ValueError: a model of another family (the message lists the supported ones), or not a
+            transformers model.
+        ImportError: transformers is not installed (``pip install roofkit[transformers]``).
+    """
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    if family not in FAMILIES:
+        raise ValueError(f"roofkit.patch: model_type {family!r} is not supported; supported families: "
+                         f"{', '.join(FAMILIES)} (transformers causal-LM models)")
+    mod = importlib.import_module(FAMILIES[family])
+    prefix = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma": "Gemma"}[family]
+    summary = Summary(family)
+    count = summary.replaced
+
+    norm_cls = getattr(mod, f"{prefix}RMSNorm")
+    mlp_cls = getattr(mod, f"{prefix}MLP")
+    lm_cls = getattr(mod, f"{prefix}ForCausalLM")
+    glu = _GLU.get(getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None))
+    for m in model.modules():
+        if rms_norm and isinstance(m, norm_cls):
+            _swap(m, _gemma_rms_norm_forward if family == "gemma" else _rms_norm_forward)
+            count["rms_norm"] = count.get("rms_norm", 0) + 1
+        elif mlp and isinstance(m, mlp_cls):
+            if glu is None:
+                summary.left["mlp"] = f"activation {config.hidden_act!r} has no roofkit gated product"
+                continue
+            kind, approximate = glu
+            _swap(m, _swiglu_mlp_forward if kind == "swiglu" else _geglu_mlp_forward,
+                  **({} if kind == "swiglu" else {"_roofkit_approximate": approximate}))
+            count[kind] = count.get(kind, 0) + 1
+    if rope:
+        attn_cls = getattr(mod, f"{prefix}Attention")
+        forward = _with_roofkit_rope(attn_cls.forward, vars(mod))
+        if forward is None:
+            summary.left["rope"] = f"{attn_cls.__name__}.forward cannot be rebound (wrapped, or from another module)"
+        for m in model.modules():
+            if forward is not None and isinstance(m, attn_cls):
+                _swap(m, forward)
+                count["rope"] = count.get("rope", 0) + 1
+    if attention:
+        if getattr(config, "attention_dropout", 0.0):
+            summary.left["attention"] = "attention_dropout > 0 (roofkit's attention has no dropout)"
+        else:
+            _register_attention()
+            model.set_attn_implementation(ATTENTION)
+            count["attention"] = ATTENTION
+    if loss:
+        if isinstance(model, lm_cls):
+            _swap(model, _causal_lm_forward)
+            count["loss"] = "linear_cross_entropy"
+        else:
+            summary.left["loss"] = f"not a {lm_cls.__name__}"
+    model.roofkit_patch = summary
+    if verbose:
+        print(summary)
+    return model

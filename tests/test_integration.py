@@ -1,0 +1,130 @@
+"""roofkit.patch on transformers models of each supported family (tiny configurations, float32,
+the Triton interpreter on CPU): a patched copy trains as the original does (losses of two AdamW
+steps within 1e-4 relative, gradients of the first), gives the original's logits on the real
+tokens of a padded batch, and generates the same tokens."""
+
+import copy
+
+import pytest
+import torch
+
+import roofkit
+
+transformers = pytest.importorskip("transformers", reason="transformers is the integration's optional extra")
+
+pytestmark = pytest.mark.integration
+
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 4}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16, "hidden_act": "gelu_pytorch_tanh"}),
+}
+VOCAB = 96
+
+
+def _model(family: str, device):
+    cfg_name, model_name, extra = FAMILIES[family]
+    cfg = getattr(transformers, cfg_name)(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                          **extra)
+    torch.manual_seed(sum(map(ord, family)))
+    model = getattr(transformers, model_name)(cfg).to(device)
+    with torch.no_grad():  # norms away from their initial ones / zeros (Gemma's 1 + weight)
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_patched_model_trains_evaluates_and_generates_as_the_original(family, device, monkeypatch):
+    calls = {}
+    for op in ("rms_norm", "rope", "swiglu", "geglu", "scaled_dot_product_attention", "linear_cross_entropy"):
+        def counted(*args, _op=op, _fn=getattr(roofkit, op), **kwargs):
+            calls[_op] = calls.get(_op, 0) + 1
+            return _fn(*args, **kwargs)
+        monkeypatch.setattr(roofkit, op, counted)
+    ref = _model(family, device)
+    model = roofkit.patch(copy.deepcopy(ref))
+    summary = model.roofkit_patch
+    kinds = {"rms_norm", "rope", "attention", "loss", "geglu" if family == "gemma" else "swiglu"}
+    assert kinds <= set(summary.replaced), str(summary)
+    assert summary.replaced["rms_norm"] == (5 if family == "qwen3" else 3)  # Qwen3's per-head q / k norms too
+    assert type(model.model.norm).__name__.startswith("Roofkit") and type(ref.model.norm).__name__.startswith(family[:3].title()[:3])
+    assert model.state_dict().keys() == ref.state_dict().keys()
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (2, 9), generator=g).to(device)
+    labels = ids.clone()
+    labels[0, :3] = -100
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, ref)]
+    for step in range(2):
+        losses = []
+        for m, opt in zip((model, ref), opts):
+            m.train()
+            opt.zero_grad()
+            out = m(input_ids=ids, labels=labels)
+            out.loss.backward()
+            losses.append(out.loss.item())
+            if m is model:
+                outs_logits = out.logits
+        assert abs(losses[0] - losses[1]) <= 1e-4 * abs(losses[1]), (step, losses)
+        if step == 0:
+            # one training step went through every replaced op (the original model through none)
+            glu = "geglu" if family == "gemma" else "swiglu"
+            assert calls == {"rms_norm": summary.replaced["rms_norm"], "rope": 1, glu: 1,
+                             "scaled_dot_product_attention": 1, "linear_cross_entropy": 1}, calls
+            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5 * q.grad.abs().max().item(), msg=name)
+        assert out.logits is not None and outs_logits is None  # the fused loss makes no logits
+        for opt in opts:
+            opt.step()
+
+    # eval on a left-padded batch: the same logits on the real tokens
+    mask = torch.ones(2, 9, dtype=torch.long, device=device)
+    mask[1, :3] = 0
+    model.eval()
+    ref.eval()
+    with torch.no_grad():
+        got = model(input_ids=ids, attention_mask=mask).logits
+        want = ref(input_ids=ids, attention_mask=mask).logits
+        real = mask.bool()
+        torch.testing.assert_close(got[real], want[real], rtol=1e-4, atol=1e-4)
+        # greedy decoding with the KV cache (one query per step) gives the same tokens
+        a = model.generate(ids[:1], max_new_tokens=2, do_sample=False)
+        b = ref.generate(ids[:1], max_new_tokens=2, do_sample=False)
+    assert torch.equal(a, b)
+
+
+def test_patch_refuses_other_models_and_can_leave_parts():
+    class NotHF(torch.nn.Module):
+        pass
+
+    with pytest.raises(ValueError, match="roofkit.patch: .*supported families: llama, mistral, qwen2, qwen3, gemma"):
+        roofkit.patch(NotHF())
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32)
+    with pytest.raises(ValueError, match="model_type 'gpt2' is not supported"):
+        roofkit.patch(transformers.GPT2LMHeadModel(cfg))
+    ref = _model("llama", "cpu")
+    model = roofkit.patch(copy.deepcopy(ref), rope=True, attention=False, loss=False, mlp=False)
+    assert set(model.roofkit_patch.replaced) == {"rms_norm", "rope"}
+    assert type(model).__name__ == "LlamaForCausalLM" and model.config._attn_implementation == ref.config._attn_implementation
+    assert type(model.model.layers[0].mlp).__name__ == "LlamaMLP"
+
+
+def test_e2e_worker_tiny_train_and_decode_records():
+    # roofkit e2e's per-provider run, in this process (the CLI runs it in a fresh one): a tiny
+    # Llama through the interpreter, roofkit's first-step loss equal to eager's, decode through
+    # the KV cache; the records carry what the results table needs.
+    from roofkit import e2e
+
+    base = dict(model="llama3-8b", layers=1, seq=8, batch=1, steps=1, warmup=0, decode_tokens=2, tiny=True)
+    eager = e2e._worker({**base, "mode": "train", "provider": "eager"})
+    ours = e2e._worker({**base, "mode": "train", "provider": "roofkit"})
+    for rec in (eager, ours):
+        assert rec["steps"] == 1 and rec["step_ms"] > 0 and rec["tokens_per_s"] > 0 and rec["first_step_s"] > 0
+    assert ours["parameters"] == eager["parameters"] and abs(ours["loss0"] - eager["loss0"]) <= 1e-4 * eager["loss0"]
+    dec = e2e._worker({**base, "mode": "decode", "provider": "eager"})
+    assert dec["loss0"] is None and dec["step_ms"] > 0
