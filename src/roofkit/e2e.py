@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import json
 import math
 import os
@@ -142,16 +143,19 @@ def _worker(spec: dict) -> dict:
         model.eval()
         ids = ids[:1]
         new = spec["decode_tokens"]
+        # the cache argument's name (transformers renames past_key_values to cache)
+        inner = getattr(model, "_orig_mod", model)
+        name = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
         def step():
             with torch.no_grad():
                 cache = DynamicCache(config=model.config)
-                out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{name: cache})
                 nxt = out.logits[:, -1:].argmax(-1)
                 _sync(device)
                 t0 = time.perf_counter()
                 for _ in range(new):
-                    out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+                    out = model(input_ids=nxt, use_cache=True, **{name: cache})
                     nxt = out.logits[:, -1:].argmax(-1)
                 _sync(device)
                 return (time.perf_counter() - t0) / new

@@ -112,17 +112,17 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
 def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                        inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+    # (only the arguments given are passed on: transformers renames and deprecates some)
+    given = {k: v for k, v in dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                   past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+                                   use_cache=use_cache).items() if v is not None}
     if labels is None or not self.training or getattr(self.lm_head, "bias", None) is not None:
-        return super(type(self), self).forward(input_ids=input_ids, attention_mask=attention_mask,
-                                               position_ids=position_ids, past_key_values=past_key_values,
-                                               inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
-                                               logits_to_keep=logits_to_keep, **kwargs)
+        return super(type(self), self).forward(**given, labels=labels, logits_to_keep=logits_to_keep, **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     num_items = kwargs.pop("num_items_in_batch", None)
     kwargs.pop("ignore_index", None)
-    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    outputs = self.model(**given, **kwargs)
     hidden = outputs.last_hidden_state
     # transformers' causal-LM loss: labels shifted left, the last position ignored
     target = F.pad(labels, (0, 1), value=-100)[..., 1:].to(hidden.device)
@@ -130,7 +130,7 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
                                         reduction="mean" if num_items is None else "sum", ignore_index=-100)
     if num_items is not None:
         loss = loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
-    return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+    return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=getattr(outputs, "past_key_values", None),
                                   hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
@@ -142,16 +142,37 @@ _ROPE_FORWARDS: dict = {}
 
 def _with_roofkit_rope(forward, module_dict: dict):
     """``forward`` (an attention module's) with its global ``apply_rotary_pos_emb`` bound to
-    roofkit's; None if it cannot be rebound (a wrapped function, or one from another module)."""
+    roofkit's, decorators kept (each wrapper copied with its closure pointing at the rebound
+    function it wraps); None if that cannot be done (a function from another module, or a
+    wrapper that does not hold what it wraps in its closure)."""
     if forward in _ROPE_FORWARDS:
         return _ROPE_FORWARDS[forward]
-    if hasattr(forward, "__wrapped__") or getattr(forward, "__globals__", None) is not module_dict:
-        return None
-    new = types.FunctionType(forward.__code__, {**module_dict, "apply_rotary_pos_emb": _rope}, forward.__name__,
-                             forward.__defaults__, forward.__closure__)
+    inner = getattr(forward, "__wrapped__", None)
+    if inner is None:
+        if getattr(forward, "__globals__", None) is not module_dict:
+            return None
+        new = types.FunctionType(forward.__code__, {**module_dict, "apply_rotary_pos_emb": _rope}, forward.__name__,
+                                 forward.__defaults__, forward.__closure__)
+    else:
+        new_inner = _with_roofkit_rope(inner, module_dict)
+        cells = getattr(forward, "__closure__", None) or ()
+        hits = [i for i, c in enumerate(cells) if _cell_holds(c, inner)]
+        if new_inner is None or len(hits) != 1:
+            return None
+        cells = tuple(types.CellType(new_inner) if i == hits[0] else c for i, c in enumerate(cells))
+        new = types.FunctionType(forward.__code__, forward.__globals__, forward.__name__, forward.__defaults__, cells)
+        new.__dict__.update(forward.__dict__)
+        new.__wrapped__ = new_inner
     new.__kwdefaults__, new.__qualname__, new.__doc__ = forward.__kwdefaults__, forward.__qualname__, forward.__doc__
     _ROPE_FORWARDS[forward] = new
     return new
+
+
+def _cell_holds(cell, obj) -> bool:
+    try:
+        return cell.cell_contents is obj
+    except ValueError:  # an empty cell
+        return False
 
 
 def _swap(module: torch.nn.Module, forward, **attrs) -> None:
@@ -223,7 +244,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
         attn_cls = getattr(mod, f"{prefix}Attention")
         forward = _with_roofkit_rope(attn_cls.forward, vars(mod))
         if forward is None:
-            summary.left["rope"] = f"{attn_cls.__name__}.forward cannot be rebound (wrapped, or from another module)"
+            summary.left["rope"] = (f"{attn_cls.__name__}.forward cannot be rebound (from another module, or a "
+                                    "decorator that does not keep what it wraps)")
         for m in model.modules():
             if forward is not None and isinstance(m, attn_cls):
                 _swap(m, forward)

@@ -222,7 +222,7 @@ PINGPONG_DEFAULT = Config(128, 128, 64, 8, 4, 5, kind="pingpong", persistent=Tru
 # With beta * c loaded by TMA (a GEMM accumulating into its output): 4 ring slots and groups of
 # 16 tile rows. H200, 2026-12-02, 128256 x 4096 x 1024 bf16 accumulating (a chunked weight
 # gradient): 1645 us (654 TFLOP/s) against 1806 us with 5 slots and 2079 us for the Triton
-# 128x256 kernel it replaces; cuBLAS addmm_ 1678 us (benchmarks/NOTES.md, linear_cross_entropy).
+# 128x256 kernel it replaces; cuBLAS addmm_ 1678 us (docs/fused_llm_ops.md, linear_cross_entropy).
 PINGPONG_C_DEFAULT = Config(128, 128, 64, 16, 4, 4, kind="pingpong", persistent=True)
 
 
