@@ -87,3 +87,27 @@ def test_compiles_fullgraph_with_backward(device):
     torch.testing.assert_close(a + b, a2 + b2, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(gq, gq2)
     torch.testing.assert_close(gk, gk2)
+
+
+def test_fake_outputs_are_laid_out_as_the_real_ones(device):
+    # A compiled graph checks each real output's strides against the fake's (and hands the op the
+    # strides it traced with): for q / k as transformers passes them (transposed views) and for
+    # a q whose last dimension is strided (copied first), fake and real agree.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = torch.Generator(device=device).manual_seed(5)
+    base_q = torch.randn(2, 6, 4, 8, device=device, generator=g)
+    qs = [base_q.transpose(1, 2), base_q.transpose(1, 2).contiguous(), torch.randn(2, 4, 6, 16, device=device)[..., ::2]]
+    k = torch.randn(2, 6, 2, 8, device=device, generator=g).transpose(1, 2)
+    cos, sin = torch.randn(2, 6, 8, device=device), torch.randn(2, 6, 8, device=device)
+    assert torch.Tag.needs_fixed_stride_order in torch.ops.roofkit.rope_fwd.default.tags or \
+        getattr(torch.Tag, "needs_exact_strides", None) in torch.ops.roofkit.rope_fwd.default.tags
+    for q in qs:
+        real = rope_module._rope_fwd(q, k, cos, sin, 1)
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fq, fk, fc, fs = (mode.from_tensor(t) for t in (q, k, cos, sin))
+            fake = rope_module._rope_fwd_fake(fq, fk, fc, fs, 1)
+            fake_bwd = rope_module._rope_bwd_fake(fq, fk, fc, fs, 1, q.dtype)
+        real_bwd = rope_module._rope_bwd(q, k, cos, sin, 1, q.dtype)
+        for r, f in zip((*real, *real_bwd), (*fake, *fake_bwd)):
+            assert (r.shape, r.stride(), r.dtype) == (f.shape, f.stride(), f.dtype)

@@ -241,6 +241,10 @@ def _cuda_device_of(args) -> torch.device | None:
     return None
 
 
+_STRIDE_TAGS = tuple(getattr(torch.Tag, t) for t in ("needs_exact_strides",) if hasattr(torch.Tag, t)) or (
+    torch.Tag.needs_fixed_stride_order,)
+
+
 class Op:
     """One op of the runtime, declared once.
 
@@ -261,7 +265,9 @@ class Op:
         self.impl = impl
         signature = inspect.signature(impl, eval_str=True)
         body = _on_device(impl, signature)
-        self.custom = torch.library.custom_op(name, mutates_args=mutates_args)(body)
+        # Compiled graphs hand the op its arguments with the strides seen while tracing (an
+        # op's outputs may follow its inputs' layout, as rope's do, and the fake must agree).
+        self.custom = torch.library.custom_op(name, mutates_args=mutates_args, tags=_STRIDE_TAGS)(body)
         self.custom.register_fake(fake)
         self._function = None
         # The arguments a call writes, by position: the dispatcher bumps their autograd version

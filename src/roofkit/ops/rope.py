@@ -153,14 +153,23 @@ def _grid(b: int, s: int, hq: int, hk: int, device: torch.device) -> tuple[int, 
     return s_block, hg, n_sblk, cdiv(hq, hg), cdiv(hq, hg) + cdiv(hk, hg)
 
 
+def _unit_last(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _out_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An output laid out as ``t`` (after ``_unit_last``), by the launch and the fakes alike:
+    compiled graphs check the real output's strides against the fake's."""
+    return torch.empty_like(_unit_last(t), dtype=dtype)
+
+
 def _rope(q, k, cos, sin, unsqueeze_dim: int, backward: bool, out_dtype: torch.dtype):
     """The launch: outputs of ``out_dtype`` laid out as the operands are (as torch's expression
     gives them), every operand seen as a (B, H, S, D) view (unit stride along D: operands with
     another last stride are copied first)."""
-    q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
-    cos, sin = (t if t.stride(-1) == 1 else t.contiguous() for t in (cos, sin))
-    oq = torch.empty_like(q, dtype=out_dtype)
-    ok = torch.empty_like(k, dtype=out_dtype)
+    q, k = (_unit_last(t) for t in (q, k))
+    cos, sin = (_unit_last(t) for t in (cos, sin))
+    oq, ok = _out_like(q, out_dtype), _out_like(k, out_dtype)
     qv, kv, oqv, okv = (_as_bhsd(t, unsqueeze_dim) for t in (q, k, oq, ok))
     b, hq, s, d = qv.shape
     hk = kv.shape[1]
@@ -185,7 +194,7 @@ def _rope_fwd(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Te
 
 def _rope_fwd_fake(q, k, cos, sin, unsqueeze_dim):
     dtype = torch.promote_types(q.dtype, cos.dtype)
-    return q.new_empty(q.shape, dtype=dtype), k.new_empty(k.shape, dtype=dtype)
+    return _out_like(q, dtype), _out_like(k, dtype)
 
 
 def _rope_bwd(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int,
@@ -194,7 +203,7 @@ def _rope_bwd(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.
 
 
 def _rope_bwd_fake(dq, dk, cos, sin, unsqueeze_dim, grad_dtype):
-    return dq.new_empty(dq.shape, dtype=grad_dtype), dk.new_empty(dk.shape, dtype=grad_dtype)
+    return _out_like(dq, grad_dtype), _out_like(dk, grad_dtype)
 
 
 def _setup_context(ctx, inputs, output):
