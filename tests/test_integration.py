@@ -128,3 +128,51 @@ def test_e2e_worker_tiny_train_and_decode_records():
     assert ours["parameters"] == eager["parameters"] and abs(ours["loss0"] - eager["loss0"]) <= 1e-4 * eager["loss0"]
     dec = e2e._worker({**base, "mode": "decode", "provider": "eager"})
     assert dec["loss0"] is None and dec["step_ms"] > 0
+
+
+def test_fused_loss_takes_transformers_loss_arguments_and_leaves_a_hooked_head():
+    # ignore_index, shift_labels (context-parallel training), num_items_in_batch and
+    # return_dict=False as transformers' own loss takes them; a head with a forward hook (an
+    # adapter, say) runs as the model runs it.
+    ref = _model("llama", "cpu")
+    model = roofkit.patch(copy.deepcopy(ref))
+    ref.train()
+    model.train()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, VOCAB, (2, 7), generator=g)
+    labels = ids.clone()
+    labels[0, :2] = -1
+    shifted = torch.randint(0, VOCAB, (2, 7), generator=g)
+    calls = [dict(labels=labels, ignore_index=-1), dict(labels=ids, shift_labels=shifted),
+             dict(labels=ids, num_items_in_batch=torch.tensor(5))]
+    for kw in calls:
+        want = ref(input_ids=ids, **kw).loss
+        got = model(input_ids=ids, **kw).loss
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=str(list(kw)))
+    as_tuple = model(input_ids=ids, labels=ids, return_dict=False)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], model(input_ids=ids, labels=ids).loss)
+    seen = []
+    model.lm_head.register_forward_hook(lambda mod, args, out: seen.append(out.shape) or out * 0.5)
+    ref.lm_head.register_forward_hook(lambda mod, args, out: out * 0.5)
+    out = model(input_ids=ids, labels=ids)
+    assert seen and out.logits is not None
+    torch.testing.assert_close(out.loss, ref(input_ids=ids, labels=ids).loss, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_follows_autocast():
+    # float32 weights under bfloat16 autocast: rope's float32 tables promote q and k; torch's SDPA
+    # runs in the autocast dtype, and so must the patched attention (not refuse, not run float32).
+    ref = _model("llama", "cpu")
+    model = roofkit.patch(copy.deepcopy(ref))
+    ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(4))
+    seen = []
+    real = roofkit.scaled_dot_product_attention
+    try:
+        roofkit.scaled_dot_product_attention = lambda q, *a, **k: seen.append(q.dtype) or real(q, *a, **k)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model(input_ids=ids, use_cache=False).logits
+            want = ref(input_ids=ids, use_cache=False).logits
+    finally:
+        roofkit.scaled_dot_product_attention = real
+    assert seen == [torch.bfloat16]
+    torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)

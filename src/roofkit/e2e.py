@@ -65,8 +65,7 @@ def _build(spec: dict, device, dtype):
     dims = dict(MODELS[spec["model"]])
     family = dims.pop("family")
     if spec["tiny"]:
-        dims.update(TINY)
-        dims.pop("head_dim", None)
+        dims.update(TINY, head_dim=TINY["hidden_size"] // TINY["num_attention_heads"])
     cfg = getattr(transformers, _CLASSES[family].replace("ForCausalLM", "Config"))(
         num_hidden_layers=spec["layers"], max_position_embeddings=max(8192, 2 * spec["seq"]), **dims)
     cfg.use_cache = spec["mode"] == "decode"
@@ -205,8 +204,11 @@ def _run_provider(spec: dict, timeout: float) -> dict:
         return {**rec, "status": "error", "error": f"no result within {timeout:.0f} s"}
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(_MARK)]
     if run.returncode != 0 or not lines:
-        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
-        return {**rec, "status": "error", "error": " | ".join(tail)[-500:] or f"exit status {run.returncode}"}
+        out = (run.stderr or run.stdout).strip().splitlines()
+        # the exception's own line first (the last that names an error), then the lines after it
+        at = max((i for i, ln in enumerate(out) if ln and not ln.startswith(" ") and ("Error" in ln or "Exception" in ln)),
+                 default=max(0, len(out) - 3))
+        return {**rec, "status": "error", "error": " | ".join(out[at:at + 4])[:600] or f"exit status {run.returncode}"}
     return {**rec, "status": "ok", **json.loads(lines[-1][len(_MARK):])}
 
 
@@ -229,14 +231,26 @@ def _provider_available(provider: str) -> str | None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="roofkit e2e", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
-    p.add_argument("--layers", type=int, default=8, help="decoder layers (default: 8)")
+    def positive(text: str) -> int:
+        v = int(text)
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        return v
+
+    def count(text: str) -> int:
+        v = int(text)
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+        return v
+
+    p.add_argument("--layers", type=positive, default=8, help="decoder layers (default: 8)")
     p.add_argument("--mode", default="train", choices=("train", "prefill", "decode"))
-    p.add_argument("--batch", type=int, default=None, help="default: 4 (train, prefill), 1 (decode)")
-    p.add_argument("--seq", type=int, default=2048, help="tokens per sequence; decode: the prefix (default: 2048)")
+    p.add_argument("--batch", type=positive, default=None, help="default: 4 (train, prefill), 1 (decode)")
+    p.add_argument("--seq", type=positive, default=2048, help="tokens per sequence; decode: the prefix (default: 2048)")
     p.add_argument("--providers", nargs="+", default=list(PROVIDERS), choices=PROVIDERS)
-    p.add_argument("--steps", type=int, default=8, help="timed steps (decode: repeats of the token loop; default: 8)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (default: 2)")
-    p.add_argument("--decode-tokens", type=int, default=32, help="decode: tokens per timed repeat (default: 32)")
+    p.add_argument("--steps", type=positive, default=8, help="timed steps (decode: repeats of the token loop; default: 8)")
+    p.add_argument("--warmup", type=count, default=2, help="untimed steps after the first (default: 2)")
+    p.add_argument("--decode-tokens", type=positive, default=32, help="decode: tokens per timed repeat (default: 32)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per provider (default: 900)")
     p.add_argument("--out", default="roofkit-out/e2e", help="folder for results.json, results.csv, e2e.png")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -248,6 +262,7 @@ def main(argv=None) -> int:
 
     import torch
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress
     from rich.table import Table
 
@@ -257,13 +272,16 @@ def main(argv=None) -> int:
     tiny = not torch.cuda.is_available()
     spec = dict(model=args.model, layers=args.layers, mode=args.mode, seq=args.seq, steps=args.steps,
                 warmup=args.warmup, decode_tokens=args.decode_tokens, tiny=tiny,
-                batch=args.batch or (1 if args.mode == "decode" else 4))
+                batch=1 if args.mode == "decode" else (args.batch or 4))  # decode: batch 1 (what it runs)
     if tiny:
         spec.update(layers=min(args.layers, 2), seq=min(args.seq, 32), batch=min(spec["batch"], 2),
                     steps=min(args.steps, 2), warmup=0, decode_tokens=min(args.decode_tokens, 4))
         console.print("[yellow]No GPU: a tiny configuration of the model through the Triton interpreter (a check "
                       "that it runs; the times are not measurements)[/yellow]")
     records = []
+    env = environment()
+    env["interpreter"] = tiny
+    os.makedirs(args.out, exist_ok=True)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers))
         for provider in args.providers:
@@ -274,26 +292,8 @@ def main(argv=None) -> int:
                                 "provider": provider, "status": "skipped", "error": why})
             else:
                 records.append(_run_provider({**spec, "provider": provider}, args.timeout))
+            _write(args.out, env, spec, records)  # after each provider: an interrupted run keeps what it measured
             bar.advance(task)
-    eager = next((r for r in records if r["provider"] == "eager" and r["status"] == "ok"), None)
-    for r in records:
-        if r["status"] == "ok" and eager:
-            r["vs_eager"] = r["tokens_per_s"] / eager["tokens_per_s"]
-            if r.get("peak_bytes") and eager.get("peak_bytes"):
-                r["memory_vs_eager"] = r["peak_bytes"] / eager["peak_bytes"]
-            if r.get("loss0") is not None and eager.get("loss0") is not None:
-                r["loss0_diff"] = r["loss0"] - eager["loss0"]
-    env = environment()
-    env["interpreter"] = tiny
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"environment": env, "spec": spec, "records": records}, f, indent=1)
-    keys = ["model", "layers", "mode", "batch", "seq", "provider", "status", "step_ms", "p20_ms", "p80_ms",
-            "tokens_per_s", "vs_eager", "peak_bytes", "memory_vs_eager", "first_step_s", "loss0", "loss0_diff", "error"]
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, keys, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(records)
     _plot(records, os.path.join(args.out, "e2e.png"), f"{args.model}, {spec['layers']} layers, {args.mode}, "
           f"batch {spec['batch']} x {spec['seq']} ({env.get('gpu') or 'CPU, interpreter'})")
 
@@ -304,7 +304,7 @@ def main(argv=None) -> int:
         t.add_column(col, justify="left" if col in ("provider", "note") else "right")
     for r in records:
         if r["status"] != "ok":
-            t.add_row(r["provider"], "", "", "", "", "", "", "", f"{r['status']}: {r.get('error', '')}"[:120])
+            t.add_row(r["provider"], "", "", "", "", "", "", "", escape(f"{r['status']}: {r.get('error', '')}"[:160]))
             continue
         t.add_row(r["provider"], f"{r['step_ms']:.2f}", f"{r['p20_ms']:.2f}-{r['p80_ms']:.2f}",
                   f"{r['tokens_per_s']:,.0f}", f"{r.get('vs_eager', math.nan):.2f}x",
@@ -313,6 +313,26 @@ def main(argv=None) -> int:
     console.print(t)
     console.print(f"wrote {args.out}/results.json, results.csv, e2e.png")
     return 0 if all(r["status"] != "error" for r in records) else 1
+
+
+def _write(out: str, env: dict, spec: dict, records: list) -> None:
+    """results.json and results.csv, with each record's ratios to eager's."""
+    eager = next((r for r in records if r["provider"] == "eager" and r["status"] == "ok"), None)
+    for r in records:
+        if r["status"] == "ok" and eager:
+            r["vs_eager"] = r["tokens_per_s"] / eager["tokens_per_s"]
+            if r.get("peak_bytes") and eager.get("peak_bytes"):
+                r["memory_vs_eager"] = r["peak_bytes"] / eager["peak_bytes"]
+            if r.get("loss0") is not None and eager.get("loss0") is not None:
+                r["loss0_diff"] = r["loss0"] - eager["loss0"]
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"environment": env, "spec": spec, "records": records}, f, indent=1)
+    keys = ["model", "layers", "mode", "batch", "seq", "provider", "status", "step_ms", "p20_ms", "p80_ms",
+            "tokens_per_s", "vs_eager", "peak_bytes", "memory_vs_eager", "first_step_s", "loss0", "loss0_diff", "error"]
+    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(records)
 
 
 def _plot(records, path: str, title: str) -> None:

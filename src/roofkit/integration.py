@@ -20,8 +20,14 @@ For the causal-LM models of the Llama, Mistral, Qwen2, Qwen3 and Gemma families 
   labels, runs the model's own forward.
 
 Modules are patched by switching their class to a subclass whose ``forward`` calls roofkit
-(parameters, buffers, state-dict keys and ``isinstance`` unchanged). What was replaced is kept
-in ``model.roofkit_patch`` (a :class:`Summary`), and printed with ``verbose=True``.
+(parameters, buffers, state-dict keys and ``isinstance`` unchanged; a module with a forward of its
+own, as hooks install, is left and reported). What was replaced is kept in ``model.roofkit_patch``
+(a :class:`Summary`), and printed with ``verbose=True``. Limits: save a patched model with
+``state_dict`` / ``save_pretrained`` (its generated classes do not pickle: ``torch.save(model)``
+fails); the attention switch is made on the model's config, which transformers shares with any
+model built from the same config object; Gemma's ``1 + weight`` is rounded to the activations'
+dtype before the norm (16-bit models: up to twice transformers' rounding error there). Under
+autocast, attention runs in the autocast dtype, as torch's SDPA does.
 """
 
 from __future__ import annotations
@@ -101,6 +107,11 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
     if dropout:
         raise NotImplementedError("roofkit.patch: attention dropout is not supported (the model is in training mode "
                                   "with attention_dropout > 0); patch with attention=False")
+    if query.device.type in ("cuda", "cpu") and torch.is_autocast_enabled(query.device.type):
+        # torch's SDPA runs in the autocast dtype (rope's float32 tables promote q and k; a cache
+        # may hold float32 values): so does this
+        dtype = torch.get_autocast_dtype(query.device.type)
+        query, key, value = (t.to(dtype) for t in (query, key, value))
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
     if causal and key.shape[2] > query.shape[2]:
@@ -116,22 +127,31 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
     given = {k: v for k, v in dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                    past_key_values=past_key_values, inputs_embeds=inputs_embeds,
                                    use_cache=use_cache).items() if v is not None}
-    if labels is None or not self.training or getattr(self.lm_head, "bias", None) is not None:
+    head = self.lm_head
+    if (labels is None or not self.training or type(head) is not torch.nn.Linear or head.bias is not None
+            or head._forward_hooks or head._forward_pre_hooks):
+        # (a wrapped or hooked head, e.g. an adapter, runs as the model runs it)
         return super(type(self), self).forward(**given, labels=labels, logits_to_keep=logits_to_keep, **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     num_items = kwargs.pop("num_items_in_batch", None)
-    kwargs.pop("ignore_index", None)
-    outputs = self.model(**given, **kwargs)
+    ignore_index = kwargs.pop("ignore_index", -100)
+    shift_labels = kwargs.pop("shift_labels", None)
+    return_dict = kwargs.pop("return_dict", None)
+    outputs = self.model(**given, return_dict=True, **kwargs)
     hidden = outputs.last_hidden_state
-    # transformers' causal-LM loss: labels shifted left, the last position ignored
-    target = F.pad(labels, (0, 1), value=-100)[..., 1:].to(hidden.device)
-    loss = roofkit.linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.lm_head.weight, target.reshape(-1),
-                                        reduction="mean" if num_items is None else "sum", ignore_index=-100)
+    # transformers' causal-LM loss: labels shifted left, the last position ignored (or the
+    # shifted labels given, as context-parallel training passes them)
+    if shift_labels is None:
+        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    target = shift_labels.to(hidden.device).reshape(-1)
+    loss = roofkit.linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), head.weight, target,
+                                        reduction="mean" if num_items is None else "sum", ignore_index=ignore_index)
     if num_items is not None:
         loss = loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
-    return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=getattr(outputs, "past_key_values", None),
-                                  hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+    out = CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=getattr(outputs, "past_key_values", None),
+                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+    return out if return_dict is not False else out.to_tuple()
 
 
 # ----------------------------------------------------------------------------- patching
@@ -175,11 +195,15 @@ def _cell_holds(cell, obj) -> bool:
         return False
 
 
-def _swap(module: torch.nn.Module, forward, **attrs) -> None:
-    """Give ``module`` a roofkit subclass of its class whose forward is ``forward``."""
+def _swap(module: torch.nn.Module, forward, **attrs) -> bool:
+    """Give ``module`` a roofkit subclass of its class whose forward is ``forward``; False (and
+    nothing changed) when the module has a forward of its own (an instance attribute, as
+    accelerate's hooks set), which a class's forward would not replace."""
+    if "forward" in vars(module):
+        return False
     base = type(module)
     if getattr(base, "_roofkit_forward", None) is forward:
-        return
+        return True
     key = (base, forward)
     if key not in _SUBCLASSES:
         _SUBCLASSES[key] = type(f"Roofkit{base.__name__}", (base,),
@@ -187,6 +211,14 @@ def _swap(module: torch.nn.Module, forward, **attrs) -> None:
     module.__class__ = _SUBCLASSES[key]
     for k, v in attrs.items():
         setattr(module, k, v)
+    return True
+
+
+def _count(summary: "Summary", kind: str, swapped: bool, module: torch.nn.Module) -> None:
+    if swapped:
+        summary.replaced[kind] = summary.replaced.get(kind, 0) + 1
+    else:
+        summary.left[f"{kind} ({type(module).__name__})"] = "the module has a forward of its own (hooks?)"
 
 
 def _register_attention() -> None:
@@ -230,16 +262,14 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
     glu = _GLU.get(getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None))
     for m in model.modules():
         if rms_norm and isinstance(m, norm_cls):
-            _swap(m, _gemma_rms_norm_forward if family == "gemma" else _rms_norm_forward)
-            count["rms_norm"] = count.get("rms_norm", 0) + 1
+            _count(summary, "rms_norm", _swap(m, _gemma_rms_norm_forward if family == "gemma" else _rms_norm_forward), m)
         elif mlp and isinstance(m, mlp_cls):
             if glu is None:
                 summary.left["mlp"] = f"activation {config.hidden_act!r} has no roofkit gated product"
                 continue
             kind, approximate = glu
-            _swap(m, _swiglu_mlp_forward if kind == "swiglu" else _geglu_mlp_forward,
-                  **({} if kind == "swiglu" else {"_roofkit_approximate": approximate}))
-            count[kind] = count.get(kind, 0) + 1
+            _count(summary, kind, _swap(m, _swiglu_mlp_forward if kind == "swiglu" else _geglu_mlp_forward,
+                                        **({} if kind == "swiglu" else {"_roofkit_approximate": approximate})), m)
     if rope:
         attn_cls = getattr(mod, f"{prefix}Attention")
         forward = _with_roofkit_rope(attn_cls.forward, vars(mod))
@@ -248,8 +278,7 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
                                     "decorator that does not keep what it wraps)")
         for m in model.modules():
             if forward is not None and isinstance(m, attn_cls):
-                _swap(m, forward)
-                count["rope"] = count.get("rope", 0) + 1
+                _count(summary, "rope", _swap(m, forward), m)
     if attention:
         if getattr(config, "attention_dropout", 0.0):
             summary.left["attention"] = "attention_dropout > 0 (roofkit's attention has no dropout)"
@@ -259,8 +288,10 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
             count["attention"] = ATTENTION
     if loss:
         if isinstance(model, lm_cls):
-            _swap(model, _causal_lm_forward)
-            count["loss"] = "linear_cross_entropy"
+            if _swap(model, _causal_lm_forward):
+                count["loss"] = "linear_cross_entropy"
+            else:
+                summary.left["loss"] = "the model has a forward of its own (hooks?)"
         else:
             summary.left["loss"] = f"not a {lm_cls.__name__}"
     model.roofkit_patch = summary
