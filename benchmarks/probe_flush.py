@@ -2,13 +2,13 @@
 
     PYTHONPATH=src python3 benchmarks/probe_flush.py
 
-The harness flushes L2 by writing a scratch buffer of 2x the L2 size (DESIGN.md), which leaves
+The harness flushes L2 by writing a scratch buffer of 2x the L2 size (docs/design.md), which leaves
 the L2 full of dirty lines: the timed kernel's first misses then also pay for writing those back.
 This probe times the same calls (cuBLAS GEMV / decode GEMM, a 32 MiB copy, two pure reads of the GEMV's
 32 MiB weight: torch.sum and torch.amax) after three
 flushes: "write" (the harness's), "write+read" (the write, then a read of another 2x-L2 buffer,
 so the L2 holds clean lines), "read" (the read only). CUDA events around each call, median of
-200 calls. Findings go to benchmarks/NOTES.md; the harness itself is unchanged.
+200 calls. Findings: docs/measurement.md, docs/gemm.md; the harness itself is unchanged.
 
 Only calls whose host enqueue time is far below the flush's device time belong here: the probe
 records the start event right after the flush, so a call that takes longer to enqueue than the

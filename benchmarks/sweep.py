@@ -5,7 +5,7 @@
 For each acceptance shape, every candidate configuration is checked against torch (allclose in
 float32) and timed interleaved with the others (cold L2, CUDA events, roofkit.harness.timing);
 GB/s counts the op's ideal bytes (its cost model). The chosen heuristics and the outcome are
-recorded in benchmarks/NOTES.md.
+recorded in docs/softmax_cross_entropy.md and docs/norms.md.
 """
 
 import importlib

@@ -18,6 +18,19 @@ def test_cli_list(capsys):
         assert name in out
 
 
+def test_cli_list_providers_names_those_not_installed_and_how_to_install_them(monkeypatch, capsys):
+    from roofkit.harness import baselines
+
+    spec = registry.get("softmax")
+    monkeypatch.setitem(spec.baselines, "liger", lambda: None)  # what its factory gives without the package
+    monkeypatch.setattr(baselines, "_installed", lambda module: module != "liger_kernel")
+    assert main(["list", "softmax", "--providers"]) == 0
+    out = capsys.readouterr().out
+    assert "liger (not installed)" in out
+    assert "liger: not installed (pip install roofkit[peers]); for softmax" in out
+    assert "roofkit, torch, torch.compile" in out
+
+
 def test_cli_verify_quick_passes(capsys):
     assert main(["verify", "softmax", "--quick", "--dtype", "float32", "--seeds", "1"]) == 0
     assert "pass" in capsys.readouterr().out
@@ -47,6 +60,19 @@ def test_cli_bench_without_gpu_says_so_and_runs_checks(capsys):
     assert main(["bench", "rms_norm"]) == 0
     out = capsys.readouterr().out
     assert "timing needs a GPU" in out and "rms_norm" in out and "Nothing is written." in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_cli_bench_without_gpu_reports_progress_op_by_op(capsys):
+    import re
+
+    assert main(["bench", "softmax", "transpose"]) == 0
+    out = capsys.readouterr().out
+    first = re.search(r"\[1/2\] softmax: (\d+)/(\d+) rows passed \(\d+\.\d s\)", out)
+    second = re.search(r"\[2/2\] transpose: (\d+)/(\d+) rows passed \(\d+\.\d s\)", out)
+    assert first and second and first.start() < second.start(), out
+    total = int(first[2]) + int(second[2])
+    assert f"{total}/{total}" in out  # the progress bar over every (case, dtype, seed) row
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")

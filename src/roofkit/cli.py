@@ -71,15 +71,18 @@ def cmd_list(args) -> int:
 
     from roofkit.harness.bench import provider_callables
 
-    t = Table(title="registered ops")
+    t = Table(title="registered ops" + (" (providers as available here)" if args.providers else ""))
     for col in ("op", "dtypes", "cases", "suites", "providers"):
         t.add_column(col)
+    missing: dict[tuple[str, str], list[str]] = {}  # (provider, reason) -> ops
     for s in _select_specs(args.ops):
         fns, skipped = provider_callables(s, None) if args.providers else ({}, {})
         prov = ", ".join(["roofkit"] + list(s.baselines))
         if args.providers:
-            prov = ", ".join(list(fns) + [f"{n} ({'not installed' if why.startswith('not installed') else 'not available here'})"
-                                          for n, why in skipped.items()])
+            short = {n: why.split(" (")[0] for n, why in skipped.items()}
+            prov = ", ".join(list(fns) + [f"{n} ([yellow]{short[n]}[/yellow])" for n in skipped])
+            for n, why in skipped.items():
+                missing.setdefault((n, why), []).append(s.name)
         t.add_row(
             s.name,
             ", ".join(str(d).removeprefix("torch.") for d in s.dtypes),
@@ -87,25 +90,61 @@ def cmd_list(args) -> int:
             ", ".join(k for k, v in s.suites.items() if v),
             prov,
         )
-    _console().print(t)
+    console = _console()
+    console.print(t)
+    if missing:
+        console.print("providers that cannot run here (bench records them as skipped):")
+        for (name, why), ops in sorted(missing.items()):
+            console.print(f"  {name}: {why}; for {', '.join(ops)}", markup=False, highlight=False)
+    elif args.providers:
+        console.print("every provider can run here")
     return 0
 
 
 def _run_verify(specs, *, dtypes=None, quick=False, slow=False, seeds=3, console) -> bool:
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from roofkit.harness.verify import verify_op
+    from roofkit.harness.verify import default_device, verify_op, verify_plan
 
     t = Table(title="roofkit verify (float64 reference)")
     for col in ("op", "rows passed", "worst err_l2 / budget", "result"):
         t.add_column(col)
     ok = True
+    device = default_device()
+    plans = {spec.name: len(verify_plan(spec, dtypes=dtypes, quick=quick, slow=slow, seeds=seeds, device=device))
+             for spec in specs}
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console)
+    task = progress.add_task("verify", total=sum(plans.values()))
+    reports = {}
+    with progress:
+        for i, spec in enumerate(specs, 1):
+            start, done = time.perf_counter(), progress.tasks[task].completed
+
+            def on_row(row, spec=spec):
+                progress.update(task, advance=1, description=f"{spec.name} {row.case} {row.dtype}")
+
+            try:
+                reports[spec.name] = verify_op(spec, dtypes=dtypes, quick=quick, slow=slow, seeds=seeds, device=device,
+                                               on_row=on_row)
+            except Exception:
+                reports[spec.name] = traceback.format_exc()
+                progress.update(task, completed=done + plans[spec.name])
+                console.print(f"[{i}/{len(specs)}] [red]{spec.name}: verification raised[/red]")
+                continue
+            rep = reports[spec.name]
+            n_ok = sum(r.passed for r in rep.rows)
+            verdict = "passed" if rep.passed else "[red]FAILED[/red]"
+            console.print(f"[{i}/{len(specs)}] {spec.name}: {n_ok}/{len(rep.rows)} rows {verdict} "
+                          f"({time.perf_counter() - start:.1f} s)", highlight=False)
     for spec in specs:
-        try:
-            rep = verify_op(spec, dtypes=dtypes, quick=quick, slow=slow, seeds=seeds)
-        except Exception:
+        rep = reports[spec.name]
+        if isinstance(rep, str):
             console.print(f"[red]{spec.name}: verification raised[/red]")
-            console.print(traceback.format_exc())
+            console.print(rep)
             t.add_row(spec.name, "-", "-", "[red]ERROR[/red]")
             ok = False
             continue
@@ -166,6 +205,7 @@ def cmd_bench(args) -> int:
         console.print("correctness checks " + ("passed" if ok else "[red]FAILED[/red]"))
         return 0 if ok else 1
 
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from roofkit.harness import roofline
@@ -217,14 +257,14 @@ def cmd_bench(args) -> int:
     else:
         extra = out / "roofline.png"
         roofline.plot([dataclasses.asdict(r) for r in records], ceilings, extra,
-                      title=f"roofkit bench --suite {args.suite}")
+                      title=f"roofkit bench --suite {args.suite}", families={s.name: s.marker or s.name for s in specs})
         console.print(results_table(records, title=f"roofkit bench --suite {args.suite} ({env['gpu']}, {args.l2} L2)"))
     skipped = sorted({(r.provider, r.status) for r in records if r.status.startswith("skipped")})
     for prov, status in skipped:
-        console.print(f"provider {prov}: {status}")
+        console.print(f"provider {prov}: {status}", markup=False, highlight=False)
     bad = [r for r in records if r.status == "ok" and r.verified is False]
     for r in bad:
-        console.print(f"[red]unverified[/red] {r.op} {r.case} {r.provider}: {r.verify_detail}")
+        console.print(f"[red]unverified[/red] {r.op} {r.case} {r.provider}: {escape(r.verify_detail)}")
     console.print(f"wrote {paths['json']}, {paths['csv']}, {extra}")
     ours_bad = [r for r in bad if r.provider == "roofkit"]
     return 1 if ours_bad else 0
@@ -421,12 +461,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+BENCH_EXTRA = ("rich", "matplotlib")  # what the command line imports beyond the ops' own dependencies
+
+
+def missing_bench_extra() -> list[str]:
+    """The packages of roofkit's ``bench`` extra that the command line needs and cannot import."""
+    import importlib.util
+
+    return [m for m in BENCH_EXTRA if importlib.util.find_spec(m) is None]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] != ["e2e"]:
+        args = build_parser().parse_args(argv)  # --help and --version need nothing more
+    missing = missing_bench_extra()
+    if missing:
+        print(f"roofkit: the command line needs the bench extra ({', '.join(missing)} not installed): "
+              'python -m pip install "roofkit[bench]" (from a clone: python -m pip install -e ".[bench]")',
+              file=sys.stderr)
+        return 2
     if argv[:1] == ["e2e"]:  # its own options (argparse's remainder would not take them after a subcommand)
         _setup_backend()
         return cmd_e2e(argparse.Namespace(rest=argv[1:]))
-    args = build_parser().parse_args(argv)
     _setup_backend()
     return args.func(args)
 

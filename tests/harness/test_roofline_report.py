@@ -8,7 +8,7 @@ import torch
 from roofkit.harness.device import Ceilings, datasheet_for
 from roofkit.harness.record import Record, load_results, write_results
 from roofkit.harness.report import compare_runs, results_table
-from roofkit.harness.roofline import place, plot
+from roofkit.harness.roofline import figure, place, plot
 from roofkit.harness.spec import Cost
 from roofkit.harness.timing import summarize
 
@@ -89,7 +89,52 @@ def test_results_round_trip_and_plot(tmp_path):
     assert paths["csv"].read_text().splitlines()[0].startswith("op,case,shape")
     assert json.loads(paths["json"].read_text())["records"][1]["median_ms"] == 2.0
     assert results_table(back).row_count == 3
-    plot([r.__dict__ for r in back], _ceilings(), tmp_path / "roofline.png")
+    plot([r.__dict__ for r in back], _ceilings(), tmp_path / "roofline.png", families={"softmax": "softmax"})
+    assert (tmp_path / "roofline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_roofline_plot_panels_per_family_markers_and_legend_outside(tmp_path):
+    # Three families, two ops in one of them, four providers; one figure flagged implausible.
+    ops = {"softmax": "softmax", "log_softmax": "softmax", "rms_norm": "norms", "matmul": "gemm"}
+    recs = []
+    for i, (op, _) in enumerate(ops.items()):
+        intensity = 2000.0 if op == "matmul" else 1.0 + i
+        for j, prov in enumerate(("roofkit", "torch", "torch.compile", "liger")):
+            tflops = (300.0 if op == "matmul" else 0.5) / (1 + j)
+            recs.append(dict(op=op, case=f"c{i}", provider=prov, status="ok", intensity=intensity, tflops=tflops,
+                             implausible=(op == "matmul" and prov == "torch")))
+    recs.append(dict(op="rms_norm", case="x", provider="flaggems", status="skipped: not installed"))
+    fig = figure(recs, _ceilings(), title="test", families=ops)
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert sorted(ax.get_title().split(":")[0] for ax in panels) == ["gemm", "norms", "softmax"]
+    assert "log_softmax, softmax" in next(ax.get_title() for ax in panels if ax.get_title().startswith("softmax"))
+
+    # The legend sits outside every panel (to their right), inside the figure.
+    assert len(fig.legends) == 1
+    legend = fig.legends[0].get_window_extent()
+    for ax in panels:
+        box = ax.get_window_extent()
+        assert not legend.overlaps(box) and legend.x0 >= box.x1
+    assert 0 <= legend.x0 and legend.x1 <= fig.bbox.x1 + 1
+
+    # roofkit's points filled, the others hollow; no (marker, colour) pair shared by two ops.
+    seen = {}
+    for ax in panels:
+        for coll in ax.collections:
+            gid = coll.get_gid()
+            if not gid:
+                continue  # the implausible crosses
+            op, prov = gid.split("|")
+            faces = coll.get_facecolors()
+            filled = len(faces) > 0 and faces[0][3] > 0
+            assert filled == (prov == "roofkit"), gid
+            marker = coll.get_paths()[0].vertices.round(3).tobytes()
+            key = (marker, tuple(coll.get_edgecolors()[0].round(3)))
+            assert seen.setdefault(key, op) == op, f"{op} and {seen[key]} share a marker and colour"
+    assert len({op for op in seen.values()}) == 4
+
+    plot(recs, _ceilings(), tmp_path / "roofline.png", families=ops)
     assert (tmp_path / "roofline.png").read_bytes()[:4] == b"\x89PNG"
 
 

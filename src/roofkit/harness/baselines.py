@@ -3,7 +3,32 @@ callable with the op's signature, or None when the provider is not installed."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Callable
+
+# Peer libraries a spec may name as providers: provider -> (module imported, how to install it).
+PEERS = {
+    "liger": ("liger_kernel", "pip install roofkit[peers]"),
+    "flaggems": ("flag_gems", "pip install roofkit[peers]"),
+}
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def unavailable_reason(name: str) -> str:
+    """Why provider ``name`` built no callable here (its factory returned None): a peer library
+    that is not installed, with the command that installs it, or a provider that needs a CUDA GPU
+    (torch SDPA pinned to one backend, a peer that imports only with CUDA), or neither known."""
+    import torch
+
+    peer = PEERS.get(name)
+    if peer is not None and not _installed(peer[0]):
+        return f"not installed ({peer[1]})"
+    if not torch.cuda.is_available():
+        return "not available without a CUDA GPU"
+    return "not available here"
 
 
 def compiled(fn: Callable, mode: str | None = None) -> Callable[[], Callable]:

@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from .baselines import unavailable_reason
 from .device import Ceilings
 from .inputs import make_generator
 from .record import Record
@@ -66,7 +67,7 @@ def provider_callables(spec: OpSpec, wanted: Sequence[str] | None) -> tuple[dict
         except ImportError as exc:
             fn, why = None, f"not installed ({exc})"
         else:
-            why = "not available here (not installed, or needs a GPU)"
+            why = None if fn is not None else unavailable_reason(name)
         if fn is None:
             skipped[name] = why
         else:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from .record import Record
@@ -33,7 +34,7 @@ def results_table(records: list[Record], title: str = "roofkit bench") -> Table:
     for r in records:
         extra = [r.notes or ""] if notes else []
         if r.status != "ok":
-            t.add_row(r.op, r.case, r.dtype, r.provider, *["-"] * 7, r.status, "-", *extra, style="dim")
+            t.add_row(r.op, r.case, r.dtype, r.provider, *["-"] * 7, escape(r.status), "-", *extra, style="dim")
             continue
         verified = {True: "yes", False: "[red]NO[/red]", None: "-"}[r.verified]
         pct = _fmt(r.roof_pct, ".1f") + (" [red]implausible[/red]" if r.implausible else "")

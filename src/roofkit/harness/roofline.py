@@ -8,6 +8,7 @@ the roof allows (max(bytes / bandwidth, flops / peak)) over the measured time. A
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import torch
 
@@ -57,55 +58,146 @@ def place(cost: Cost, median_ms: float, ceilings: Ceilings, dtype: torch.dtype, 
     )
 
 
-def plot(records: list[dict], ceilings: Ceilings, path, *, title: str = "roofkit roofline") -> None:
-    """Write a log-log roofline PNG: the memory roof, the compute roofs, the knee, and one point
-    per (op, case, provider) at (intensity, achieved TFLOP/s)."""
+# Marker per provider (roofkit filled, every other provider hollow) and the colours ops take, in
+# order: several qualitative palettes joined, so up to ~30 ops each get a colour of their own.
+ROOFKIT_MARKER = "o"
+PROVIDER_MARKERS = ("s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*", "d")
+_PALETTES = ("tab10", "Dark2", "Set1", "tab20b")
+
+
+def _op_colours(ops: Sequence[str]) -> dict:
+    """One colour per op, none shared while there are fewer ops than palette colours."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    colours, seen = [], set()
+    for name in _PALETTES:
+        for c in matplotlib.colormaps[name].colors:
+            key = tuple(round(v, 3) for v in c[:3])
+            if key not in seen:
+                seen.add(key)
+                colours.append(c)
+    return {op: colours[i % len(colours)] for i, op in enumerate(ops)}
 
-    pts = [r for r in records if r.get("status") == "ok" and r.get("tflops")]
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
-    bw = ceilings.bandwidth_gbps
-    xs = np.logspace(-2, 4, 400)
-    roofs = {"fp32 (no tensor cores)": ceilings.matmul_tflops.get("fp32")}
-    for k in ("bf16", "fp8_e4m3"):
-        if k in ceilings.matmul_tflops:
-            roofs[f"{k} matrix"] = ceilings.matmul_tflops[k]
-    for i, (label, peak) in enumerate(roofs.items()):
-        if not peak:
+
+def _families(ops: Sequence[str], families: Mapping[str, str] | None) -> dict:
+    """op -> family (panel): ``families`` where given, else the op's registered test marker (its
+    family as the op declares it), else the op itself."""
+    out = {}
+    for op in ops:
+        if families is not None and op in families:
+            out[op] = families[op]
             continue
-        ys = np.minimum(peak, xs * bw / 1e3)
-        ax.plot(xs, ys, color="black", lw=1.6 if i == 0 else 0.9, ls="-" if i == 0 else "--",
-                label=f"roof: {bw:.0f} GB/s, {label} {peak:.0f} TFLOP/s")
-        knee = peak * 1e3 / bw
-        ax.axvline(knee, color="gray", lw=0.6, ls=":")
-        ax.annotate(f"knee {knee:.1f} FLOP/B", (knee, peak), fontsize=7, xytext=(4, -12), textcoords="offset points")
-    providers = sorted({r["provider"] for r in pts})
-    ops = sorted({r["op"] for r in pts})
-    markers = "osD^v<>ph*"
-    cmap = plt.get_cmap("tab10")
-    for r in pts:
-        ax.scatter(r["intensity"], r["tflops"], s=28,
-                   color=cmap(providers.index(r["provider"]) % 10),
-                   marker=markers[ops.index(r["op"]) % len(markers)],
-                   edgecolors="red" if r.get("implausible") else "none")
-    for i, p in enumerate(providers):
-        ax.scatter([], [], color=cmap(i % 10), label=f"provider: {p}")
-    for i, o in enumerate(ops):
-        ax.scatter([], [], color="gray", marker=markers[i % len(markers)], label=f"op: {o}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP / byte of ideal DRAM traffic)")
-    ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title(f"{title}\n{ceilings.gpu}, measured ceilings")
-    ax.grid(True, which="both", lw=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        fam = None
+        if families is None:
+            from . import registry
+
+            try:
+                fam = registry.get(op).marker
+            except KeyError:
+                pass
+        out[op] = fam or op
+    return out
+
+
+def plot(records: list[dict], ceilings: Ceilings, path, *, title: str = "roofkit roofline",
+         families: Mapping[str, str] | None = None) -> None:
+    """Write the roofline PNG of :func:`figure` to ``path``."""
+    figure(records, ceilings, title=title, families=families).savefig(path)
+
+
+def figure(records: list[dict], ceilings: Ceilings, *, title: str = "roofkit roofline",
+           families: Mapping[str, str] | None = None):
+    """The roofline as a matplotlib Figure (Agg): one log-log panel per op family, each with the
+    memory roof, the compute roofs and their knees, and one point per (op, case, provider) at
+    (intensity, achieved TFLOP/s) for the records with status ``ok``. Colour: the op (no two ops
+    share one); marker: the provider, roofkit's filled and every other provider's hollow; a red
+    cross marks a figure flagged implausible. One legend, outside the panels, to the right.
+
+    ``families`` maps op -> panel (default: the op's registered test marker, else the op).
+    The figure is not registered with pyplot (no GUI backend, nothing to close)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullFormatter
+
+    pts = [r for r in records if r.get("status") == "ok" and r.get("tflops") and r.get("intensity")]
+    fam_of = _families(sorted({r["op"] for r in pts}), families)
+    panel_names = sorted(set(fam_of.values()))
+    ops = sorted(fam_of, key=lambda o: (fam_of[o], o))
+    colour = _op_colours(ops)
+    others = sorted({r["provider"] for r in pts} - {"roofkit"})
+    marker = {"roofkit": ROOFKIT_MARKER}
+    marker.update({p: PROVIDER_MARKERS[i % len(PROVIDER_MARKERS)] for i, p in enumerate(others)})
+
+    bw = ceilings.bandwidth_gbps
+    roofs = [("fp32 (no tensor cores)", ceilings.matmul_tflops.get("fp32"), "-")]
+    roofs += [(f"{k} matrix", ceilings.matmul_tflops[k], ls)
+              for k, ls in (("bf16", "--"), ("fp8_e4m3", ":")) if ceilings.matmul_tflops.get(k)]
+    roofs = [r for r in roofs if r[1]]
+
+    n = max(1, len(panel_names))
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig = Figure(figsize=(max(4.4 * cols, 6.0) + 3.2, 3.5 * rows + 0.9), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, fam in zip(axes.flat, panel_names or ["(no timed rows)"]):
+        mine = [r for r in pts if fam_of[r["op"]] == fam]
+        xs_data = [r["intensity"] for r in mine] or [1.0]
+        ys_data = [r["tflops"] for r in mine] or [1.0]
+        lo, hi = min(xs_data) / 4, max(xs_data) * 4
+        xs = np.logspace(np.log10(lo), np.log10(hi), 200)
+        for label, peak, ls in roofs:
+            ax.plot(xs, np.minimum(peak, xs * bw / 1e3), color="black", lw=1.2 if ls == "-" else 0.8, ls=ls)
+            knee = peak * 1e3 / bw
+            if lo <= knee <= hi:
+                ax.axvline(knee, color="gray", lw=0.5, ls=":")
+                ax.annotate(f"knee {knee:.0f}", (knee, peak), fontsize=6, color="gray", xytext=(3, -9),
+                            textcoords="offset points")
+        for r in mine:
+            c = colour[r["op"]]
+            roofkit = r["provider"] == "roofkit"
+            ax.scatter(r["intensity"], r["tflops"], s=34 if roofkit else 30, marker=marker[r["provider"]],
+                       facecolors=c if roofkit else "none", edgecolors=c, linewidths=1.0 if roofkit else 1.2,
+                       zorder=3 if roofkit else 2, gid=f"{r['op']}|{r['provider']}")
+            if r.get("implausible"):
+                ax.scatter(r["intensity"], r["tflops"], s=14, marker="x", color="red", linewidths=0.9, zorder=4)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        roof_lo = min([min(p, lo * bw / 1e3) for _, p, _ in roofs] or [min(ys_data)])
+        roof_hi = max([min(p, hi * bw / 1e3) for _, p, _ in roofs] or [max(ys_data)])
+        ax.set_ylim(min(min(ys_data), roof_lo) / 2, max(max(ys_data), roof_hi) * 2)
+        ax.set_title(f"{fam}: {', '.join(o for o in ops if fam_of[o] == fam)}" if mine else fam, fontsize=9)
+        ax.grid(True, which="both", lw=0.3)
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(labelsize=7)
+    for i, ax in enumerate(axes.flat[:n]):
+        if i + cols >= n:  # the lowest panel of its column
+            ax.set_xlabel("FLOP / byte of ideal DRAM traffic", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("achieved TFLOP/s", fontsize=8)
+    fig.suptitle(f"{title}\n{ceilings.gpu}; measured roofs: {bw:.0f} GB/s"
+                 + "".join(f", {label.split()[0]} {peak:.0f}" for label, peak, _ in roofs)
+                 + (" TFLOP/s" if roofs else ""), fontsize=9, x=0.01, ha="left")
+
+    gray = "dimgray"
+    handles = [Line2D([], [], ls="", marker=ROOFKIT_MARKER, markerfacecolor=gray, markeredgecolor=gray,
+                      label="roofkit (filled)")]
+    handles += [Line2D([], [], ls="", marker=marker[p], markerfacecolor="none", markeredgecolor=gray, label=p)
+                for p in others]
+    if any(r.get("implausible") for r in pts):
+        handles += [Line2D([], [], ls="", marker="x", color="red", label="flagged implausible")]
+    handles += [Line2D([], [], color="black", ls=ls, label=f"roof, {label}") for label, _, ls in roofs]
+    handles += [Line2D([], [], ls="", marker="s", markerfacecolor=colour[o], markeredgecolor=colour[o],
+                       label=f"op: {o}") for o in ops]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="provider (marker), op (colour)",
+               title_fontsize=7, ncols=1 if len(handles) <= 12 * rows + 8 else 2)
+    return fig
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ class Tolerance:
 
 @dataclass
 class OpSpec:
-    """Declaration of one op (see DESIGN.md, "OpSpec").
+    """Declaration of one op (see docs/design.md, "OpSpec").
 
     Attributes:
         name: public function name, CLI name and registry key.

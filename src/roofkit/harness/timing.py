@@ -1,6 +1,6 @@
 """Honest GPU timing: CUDA events, cold L2, interleaved providers, optional CUDA-graph replay.
 
-Rules (DESIGN.md, "Timing rules"):
+Rules (docs/design.md, "Timing rules"):
 - each timed call sits between two CUDA events; the median, p20 and p80 of the per-call times and
   the number of repetitions are reported, with the method, in every row;
 - warm-up is by time (``warmup_ms`` per provider) after a first, untimed call;

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from rich.markup import escape
 from rich.table import Table
 
 from .bench import BENCH_SEED, bench_items
@@ -136,7 +137,7 @@ def tune_table(results: list[TuneResult], title: str = "roofkit tune") -> Table:
         t.add_column(col, justify="right" if col == "ms" else "left")
     for r in results:
         if r.status != "ok":
-            t.add_row(r.op, r.case, r.dtype, "-", "-", f"[red]{r.status}[/red]", "-")
+            t.add_row(r.op, r.case, r.dtype, "-", "-", f"[red]{escape(r.status)}[/red]", "-")
         for c in r.choices:
             source = {"tuned": "tuned now", "cached": "already cached",
                       "unverified": "[red]no candidate verified: default, not cached[/red]"}[c["source"]]

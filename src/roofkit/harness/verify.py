@@ -1,7 +1,7 @@
 """Verification of any implementation of a registered op against its float64 reference.
 
 A result passes only if, for several fresh seeds per case and for the output and every gradient
-the spec names, all of these hold (DESIGN.md, "Verification rules"):
+the spec names, all of these hold (docs/design.md, "Verification rules"):
 
 1. shape, dtype and device equal those of PyTorch's own implementation; NaN positions and signed
    infinities equal the reference's exactly;
@@ -532,6 +532,29 @@ def verify_case(
     return VerifyRow(spec.name, case.name, str(dtype).removeprefix("torch."), seed, checks)
 
 
+def verify_plan(
+    op: OpSpec | str,
+    *,
+    dtypes: Iterable[torch.dtype] | None = None,
+    cases: Iterable[Case | str] | None = None,
+    seeds: int = 3,
+    device: torch.device | str | None = None,
+    quick: bool = False,
+    slow: bool = False,
+) -> list[tuple[Case, torch.dtype, int]]:
+    """The (case, dtype, seed) rows :func:`verify_op` runs with the same arguments, in order
+    (nothing is run: for progress reports)."""
+    spec = registry.get(op) if isinstance(op, str) else op
+    device = torch.device(device) if device is not None else default_device()
+    if cases is None:
+        chosen = select_cases(spec, device, quick=quick, slow=slow)
+    else:
+        chosen = [spec.case(c) if isinstance(c, str) else c for c in cases]
+    wanted = tuple(dtypes) if dtypes is not None else None
+    return [(c, dt, 1000 * s + 17) for c in chosen for dt in spec.case_dtypes(c)
+            if wanted is None or dt in wanted for s in range(seeds)]
+
+
 def verify_op(
     op: OpSpec | str,
     impl: Callable | None = None,
@@ -542,6 +565,7 @@ def verify_op(
     device: torch.device | str | None = None,
     quick: bool = False,
     slow: bool = False,
+    on_row: Callable[[VerifyRow], None] | None = None,
 ) -> VerifyReport:
     """Verify ``impl`` (default: roofkit's own) against the float64 reference of ``op``.
 
@@ -553,6 +577,7 @@ def verify_op(
         seeds: fresh random inputs per (case, dtype).
         device: where inputs live (default: CUDA if present, else CPU through the interpreter).
         quick, slow: case selection when ``cases`` is None (see :func:`select_cases`).
+        on_row: called with each :class:`VerifyRow` as soon as it is checked (progress reports).
     Returns:
         VerifyReport whose ``passed`` is True only if every check of every row passed.
     Raises:
@@ -561,16 +586,9 @@ def verify_op(
     spec = registry.get(op) if isinstance(op, str) else op
     impl = impl if impl is not None else spec.impl
     device = torch.device(device) if device is not None else default_device()
-    if cases is None:
-        chosen = select_cases(spec, device, quick=quick, slow=slow)
-    else:
-        chosen = [spec.case(c) if isinstance(c, str) else c for c in cases]
-    wanted = tuple(dtypes) if dtypes is not None else None
     rows = []
-    for c in chosen:
-        for dt in spec.case_dtypes(c):
-            if wanted is not None and dt not in wanted:
-                continue
-            for s in range(seeds):
-                rows.append(verify_case(spec, impl, c, dt, 1000 * s + 17, device, check_determinism=(s == 0)))
+    for c, dt, seed in verify_plan(spec, dtypes=dtypes, cases=cases, seeds=seeds, device=device, quick=quick, slow=slow):
+        rows.append(verify_case(spec, impl, c, dt, seed, device, check_determinism=(seed == 17)))
+        if on_row is not None:
+            on_row(rows[-1])
     return VerifyReport(spec.name, rows)

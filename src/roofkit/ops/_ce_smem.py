@@ -16,7 +16,7 @@ after a block barrier, instead of a compare per logit. DRAM traffic per row: the
 Restrictions (``cross_entropy._smem_plan`` checks them and otherwise takes the Triton kernels):
 16-bit logits with unit class stride, rows of a multiple of 8 classes with a row stride that
 keeps 16-byte alignment, no class weight, a gradient written, compute capability >= 8.0.
-Measured on the H200 (benchmarks/NOTES.md, cross_entropy): 8192x128256 bf16 in 1.13 ms, 3724 GB/s.
+Measured on the H200 (docs/softmax_cross_entropy.md): 8192x128256 bf16 in 1.13 ms, 3724 GB/s.
 Known limit: exponents are x * log2 e - fl(m * log2 e) by one FMA, with the rounding of
 m * log2 e corrected in the loss; past |m| ~ 1.49e9 that rounding exceeds the exponent range and
 the row's loss is inf / NaN. (x - m) * log2 e is exact at any magnitude at one more instruction
@@ -43,7 +43,7 @@ NUM_WARPS = 32
 # Chunks per wait / refill (each costs block-wide barriers) and the groups by which pass A of the
 # next row trails the refills in pass B. None: the launcher's default, two groups of half the
 # resident chunks with a lag of one (measured best at 8192x128256 on the H200: 1134.5 us, against
-# 1196.5 for groups of 2 with a lag of 2 and 1159.7 with a lag of 3; benchmarks/NOTES.md).
+# 1196.5 for groups of 2 with a lag of 2 and 1159.7 with a lag of 3; docs/softmax_cross_entropy.md).
 GROUP = None
 LAG = None
 LOG2E = 1.4426950408889634

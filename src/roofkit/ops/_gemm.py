@@ -104,7 +104,7 @@ def _phi(x):
     1.2e-7 everywhere (Numerical Recipes' erfcc, the form t * exp(-z^2 + P(t)), t = 1 / (1 + z/2)):
     about 20 instructions against libdevice erff's ~2x that, and accurate relative to Phi in the
     negative tail too (no 1 - erf cancellation). Measured on the H200: the libdevice form made
-    the fused epilogue cost 15 % at 8192x14336x4096 (benchmarks/NOTES.md, fused epilogues)."""
+    the fused epilogue cost 15 % at 8192x14336x4096 (docs/gemm.md, the fused epilogue)."""
     z = tl.abs(x) * 0.7071067811865476
     t = 1.0 / (1.0 + 0.5 * z)
     p = 0.17087277

@@ -16,7 +16,7 @@ The consumers' main loops take turns (two "turn" mbarriers; the producer fills t
 the same tile order), so consumer 1's main loop starts as consumer 0's ends: one consumer's
 epilogue (for the exact GELU, ~16 instructions per element) runs while the other keeps the
 tensor cores busy. That overlap is what a single-partition persistent kernel
-cannot give, and why this form exists (benchmarks/NOTES.md, fused epilogues).
+cannot give, and why this form exists (docs/gemm.md, the fused epilogue).
 
 Restrictions (``launchable`` checks them): CUDA device of compute capability 9.x (wgmma), not
 the interpreter, 16-bit inputs of one dtype, 2-D operands a descriptor can describe after

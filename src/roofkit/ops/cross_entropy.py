@@ -150,13 +150,13 @@ ONE_PASS_MAX_N = 8192
 # with class weights and label smoothing and a gradient that spills, so those take
 # ``SPLIT_SEG_WEIGHTED`` with 16 warps), and the most programs per row. Fewer, larger segments
 # also mean fewer programs: softmax measured the split form's cost growing with the program
-# count (benchmarks/NOTES.md, v5).
+# count (docs/softmax_cross_entropy.md, rows split across programs).
 SPLIT_SEG = 16384
 SPLIT_SEG_WEIGHTED = 8192
 MAX_SPLITS = 64
 # A long row is split only when the rows are fewer than this many per SM; otherwise one program
 # streams each row (online path: forward only, one read; with a gradient, two reads). Measured on
-# the H200 (benchmarks/NOTES.md, cross_entropy): with a gradient at 8192x128256 the split form
+# the H200 (docs/softmax_cross_entropy.md): with a gradient at 8192x128256 the split form
 # took 2.82 ms, the online form 1.96 ms (the split form's cross-program wait costs more than the
 # second read), so both limits split only when rows are few.
 FWD_SPLIT_MAX_ROWS_PER_SM = 2
@@ -196,7 +196,7 @@ class Config(NamedTuple):
 
 def _launch_config(n: int, m: int, write_grad: bool, device: torch.device | None = None,
                    smooth: bool = False, weight: bool = False) -> Config:
-    """Deterministic heuristic from the row length and count (as softmax's, NOTES.md): rows on
+    """Deterministic heuristic from the row length and count (as softmax's, docs/softmax_cross_entropy.md): rows on
     chip take tiles of about 2048 elements with 512 elements per warp; longer rows, when the
     rows per SM are below ``GRAD_SPLIT_MAX_ROWS_PER_SM`` (with a gradient) or
     ``FWD_SPLIT_MAX_ROWS_PER_SM`` (forward only), are split in segments of at most ``SPLIT_SEG``

@@ -122,7 +122,7 @@ ZERO_TILE = 8192  # elements of the zero-fill tile
 CHECK_BLOCK = 4096  # indices and bags' offsets per program of the forward's input check
 # True: the input check runs as its own kernel before the gather and the host waits for it while
 # the device gathers; False: the host reads the gather kernel's own flags after it (the first
-# form, kept to time both in one run: benchmarks/NOTES.md, embedding_bag).
+# form, kept to time both in one run: docs/data_movement.md, embedding_bag).
 EARLY_CHECK = True
 MAX_PROGRAMS_PER_SM = 32  # resident-block limit of NVIDIA SMs since Volta (a bound, not a target)
 

@@ -99,7 +99,7 @@ class Config(NamedTuple):
 
 def _fwd_config(n: int) -> Config:
     """Deterministic heuristic from the row length, the one rms_norm measured best (see
-    benchmarks/NOTES.md): tiles of about 2048 elements (two rows from 8192 on), 1024 elements
+    docs/norms.md): tiles of about 2048 elements (two rows from 8192 on), 1024 elements
     per warp, 4 to 8 warps; longer rows in chunks of ``LOOP_BLOCK_N`` with 16 warps."""
     # Cached per (n, the module's tunables): the tunables are read per call so that setting
     # them (tests monkeypatch them) still takes effect, once kept plans are dropped
@@ -119,7 +119,7 @@ def _fwd_config_of(n: int, one_pass_max_n: int, loop_block_n: int) -> Config:
 def _bwd_config(n: int) -> Config:
     """Tiles of about 2048 elements, 512 per warp (4 to 16 warps); 2 programs per SM for tiles
     up to 4096 elements, else 1; a 3-deep software-pipelined row loop (H200 sweep at 32768 x 4096
-    bf16, benchmarks/NOTES.md: 8 warps 225 us, the former 16 warps 276 us). Rows longer than
+    bf16, docs/norms.md: 8 warps 225 us, the former 16 warps 276 us). Rows longer than
     ``BWD_ONE_PASS_MAX_N`` (x, dy, weight and two accumulator rows would not fit the registers)
     take the chunked path."""
     return _bwd_config_of(n, BWD_ONE_PASS_MAX_N, LOOP_BLOCK_N, PROGRAMS_PER_SM)

@@ -175,7 +175,7 @@ def _gemv_config(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Co
     bf16 (64 tiles, 2 chunks): an earlier tuned pick; a later tuning took 16x64x256
     without split-K and, in another run, 16x64x128 with 2 chunks, all 17.6-17.7 us (cuBLAS
     17.6-18.4). The TMA 16x128x64 tiles this shape took before ran 29.3 us
-    (benchmarks/NOTES.md, GEMV)."""
+    (docs/gemm.md, GEMV)."""
     limit = shared_memory_limits(device_index(device))[0] if device.type == "cuda" else None
     bk = min(256, max(16, next_pow2(k)))
     while limit is not None and bk > 64 and 4 * (16 * bk + bk * 64) * dtype.itemsize + 4096 > limit:
@@ -215,7 +215,7 @@ def _launch_config(m: int, n: int, k: int, dtype: torch.dtype, device: torch.dev
 # The default on Hopper for 16-bit inputs and outputs without c, when the output has at least
 # 2 x SMs tiles of 128 x 128 (each program then has tiles for both consumer warpgroups), also
 # with ROOFKIT_AUTOTUNE=0: the Gluon ping-pong kernel, 128x128 per consumer warpgroup, 5 ring
-# slots. H200, 2026-12-01 (benchmarks/NOTES.md, ping-pong): on the llama3-8b shapes within
+# slots. H200, 2026-12-01 (docs/gemm.md, ping-pong): on the llama3-8b shapes within
 # -8 % / +3 % of the Triton 128x256 kernel (qkv 541 vs 587 us, lm_head 12.52 vs 13.04 ms), and
 # its GELU epilogue runs under the other warpgroup's main loop.
 PINGPONG_DEFAULT = Config(128, 128, 64, 8, 4, 5, kind="pingpong", persistent=True)

@@ -80,7 +80,7 @@ class Config(NamedTuple):
 
 
 def _fwd_config(n: int, residual: bool = False) -> Config:
-    """Deterministic heuristic from the row length (benchmarks/NOTES.md has the sweeps behind it):
+    """Deterministic heuristic from the row length (docs/norms.md has the sweeps behind it):
     tiles of about 2048 elements (two rows from 8192 on), 1024 elements per warp, at most 8 warps;
     add_rms_norm's rows of 4096 (two more streams) with 16 warps (measured: 70.3 us against 72.0
     with 4 or 8 at 8192 x 4096 bf16 on an H200)."""

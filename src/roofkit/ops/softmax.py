@@ -7,7 +7,7 @@ Program mapping: the reduced dimension is viewed as the last axis of a 2-D (M ro
 arbitrary strides (no copy when strides allow one). One program owns BLOCK_M whole rows.
 Rows that fit on chip are read once and written once (``ONE_PASS``). Longer rows (vocabularies
 of 128256 and beyond) take an online pass (per-row running maximum and rescaled sum) and a
-normalizing pass that re-reads the row (largely from L2 on an H200: benchmarks/NOTES.md). When
+normalizing pass that re-reads the row (largely from L2 on an H200: docs/softmax_cross_entropy.md). When
 there are fewer such rows than SMs, each row is instead split across ``splits`` programs that
 each hold one segment on chip: every program posts its segment's (max, sum of exp) to a small
 workspace, waits for the other programs of its row, combines the partials and normalizes its
@@ -89,7 +89,7 @@ class Config(NamedTuple):
 
 
 def _launch_config(n: int, device: torch.device | None = None, m: int | None = None) -> Config:
-    """Deterministic heuristic from the row length and row count (benchmarks/NOTES.md has the
+    """Deterministic heuristic from the row length and row count (docs/softmax_cross_entropy.md has the
     sweeps behind it): rows on chip take tiles of about 2048 elements with 512 elements per
     warp. Longer rows, when there are fewer rows than SMs (``m`` < SM count), are split in
     segments of at most ``SPLIT_SEG`` elements over at most ``MAX_SPLITS`` programs so that every
@@ -559,7 +559,7 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
     Cost:
         Reads the input once and writes the output once (2 * numel * element size bytes) when
         the row fits on chip (up to ``ONE_PASS_MAX_N`` elements); longer rows read it twice,
-        the second time from DRAM on an H200 (benchmarks/NOTES.md). About 5 FLOP per element.
+        the second time from DRAM on an H200 (docs/softmax_cross_entropy.md). About 5 FLOP per element.
     Source:
         Triton tutorial 02 (fused softmax); Milakov & Gimelshein 2018 (online normalizer).
     """

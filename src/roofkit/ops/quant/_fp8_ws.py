@@ -7,7 +7,7 @@ Hopper's fp8 wgmma adds its products into the accumulator with fewer bits than f
 kernel) let the tensor cores accumulate one BLOCK_K = 128 slice of K into a fresh register
 tile, then add that tile into an fp32 accumulator with ordinary fp32 adds. Triton's own
 promotion (``max_num_imprecise_acc``) waits for each slice before issuing the next, idling the
-tensor cores (0.67-0.73x torch there, benchmarks/NOTES.md). Here each consumer keeps two slice tiles:
+tensor cores (0.67-0.73x torch there, docs/gemm.md). Here each consumer keeps two slice tiles:
 it issues slice k + 1 into one while it adds slice k from the other, so the tensor cores always
 have work queued.
 
