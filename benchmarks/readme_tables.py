@@ -3,7 +3,8 @@
     python benchmarks/readme_tables.py           # rewrite the block between the README's markers
     python benchmarks/readme_tables.py --check   # exit 1 if the README's block is not what the records give
 
-For every llama3-8b case of every registered op: the newest committed record of roofkit on it
+First the newest committed `roofkit e2e` run of each mode (a whole model per provider). Then, for
+every llama3-8b case of every registered op: the newest committed record of roofkit on it
 (benchmarks/results/**/results.json, by the record file's date), and from the same run the fastest
 other provider whose result verified. One table per op family (the spec's test marker).
 """
@@ -88,6 +89,31 @@ def tables() -> str:
     return "\n".join(out)
 
 
+def e2e_table() -> str:
+    """The newest committed `roofkit e2e` run of each mode (records with tokens_per_s), as a table."""
+    newest = {}
+    for date, path, records, env in _runs():
+        if records and "op" not in records[0] and records[0].get("mode") in ("train", "prefill", "decode"):
+            newest[records[0]["mode"]] = (date, path, records, env)
+    out = []
+    for mode, (date, path, records, env) in sorted(newest.items()):
+        r0 = records[0]
+        unit = "ms / token" if mode == "decode" else "ms / step"
+        out += [f"End to end (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch "
+                f"{r0['batch']} --seq {r0['seq']}`, {env.get('gpu', '?')}, {date[:10]}; {path}):", "",
+                f"| provider | {unit} | tokens/s | vs eager | peak GiB | step-0 loss |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in records:
+            if r.get("status") != "ok":
+                out.append(f"| {r['provider']} | {r.get('status')}: {str(r.get('error', ''))[:60]} | | | | |")
+                continue
+            peak = f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else ""
+            loss = "" if r.get("loss0") is None else f"{r['loss0']:.4f}"
+            out.append(f"| {r['provider']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {r.get('vs_eager', 1.0):.2f}x | "
+                       f"{peak} | {loss} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _block(text: str) -> tuple[int, int]:
     a, b = text.find(BEGIN), text.find(END)
     if a < 0 or b < a:
@@ -101,7 +127,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     text = README.read_text()
     a, b = _block(text)
-    new = "\n" + tables() + "\n"
+    new = "\n" + e2e_table() + "\n" + tables() + "\n"
     if args.check:
         if text[a:b] != new:
             print("README.md's results tables differ from the records: run python benchmarks/readme_tables.py")

@@ -281,6 +281,9 @@ def main(argv=None) -> int:
     records = []
     env = environment()
     env["interpreter"] = tiny
+    import transformers
+
+    env["transformers"] = transformers.__version__
     os.makedirs(args.out, exist_ok=True)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers))
