@@ -1055,6 +1055,11 @@ def _record_aten(frame: _Frame, func, args, kwargs, out):
         return
 
     grad = torch.is_grad_enabled()
+    if (frame.grad and not grad and getattr(func, "namespace", "aten") not in ("aten", "prim")
+            and any(isinstance(a, torch.Tensor) and a.requires_grad for a in flat)):
+        # A custom op with an autograd formula of its own is seen here from inside that formula's
+        # forward (grad mode off): replayed as seen, it would lose its backward.
+        raise _Refused(f"{func} differentiates itself (its autograd runs above the recorder)")
 
     def make_generic():
         def step(env):
