@@ -55,3 +55,25 @@ def test_cli_without_the_bench_extra_says_how_to_install_it():
     assert run.returncode == 2, (run.stdout, run.stderr[-2000:])
     assert "needs the bench extra (rich, matplotlib not installed)" in run.stderr
     assert 'pip install "roofkit[bench]"' in run.stderr
+
+
+def test_the_ops_never_import_the_registry():
+    # One direction: the harness's registry imports the op modules (SPEC_MODULES) and reads their
+    # SPECS; an op module importing the registry back would make the import cycle again.
+    import ast
+    import pathlib
+
+    from roofkit.harness import registry
+
+    ops = pathlib.Path(registry.__file__).resolve().parents[1] / "ops"
+    offenders = []
+    for path in ops.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            if "registry" in module or any("registry" in n for n in names):
+                offenders.append(f"{path.relative_to(ops)}:{node.lineno}")
+    assert not offenders, offenders
+    # and every module the registry names has SPECS, each registered under its own name
+    names = [s.name for s in registry.all_specs()]
+    assert len(names) == len(set(names)) >= 25

@@ -1,21 +1,6 @@
-"""roofkit's kernels. Importing this package registers every op's spec with the harness."""
+"""roofkit's kernels: the public functions. Their specs (references, costs, cases) are in each
+module's ``SPECS``, which :mod:`roofkit.harness.registry` reads (this package never imports it)."""
 
-from ..harness.registry import register
-from . import attention as _attention_module
-from . import compact as _compact_module
-from . import cross_entropy as _cross_entropy_module
-from . import embedding_bag as _embedding_bag_module
-from . import glu as _glu_module
-from . import layer_norm as _layer_norm_module
-from . import linear_cross_entropy as _lce_module
-from . import matmul as _matmul_module
-from . import quant as _quant_module
-from . import reduce as _reduce_module
-from . import rms_norm as _rms_norm_module
-from . import rope as _rope_module
-from . import scatter as _scatter_module
-from . import softmax as _softmax_module
-from . import transpose as _transpose_module
 from .attention import flash_attention, scaled_dot_product_attention
 from .compact import compact, masked_select
 from .cross_entropy import cross_entropy
@@ -31,12 +16,6 @@ from .rope import rope
 from .scatter import index_add, scatter_add
 from .softmax import log_softmax, softmax
 from .transpose import transpose
-
-_MODULES = (_softmax_module, _rms_norm_module, _layer_norm_module, _cross_entropy_module, _reduce_module,
-            _transpose_module, _embedding_bag_module, _scatter_module, _compact_module, _matmul_module, _quant_module, _attention_module, _glu_module, _rope_module, _lce_module)
-for _module in _MODULES:
-    for _spec in _module.SPECS:
-        register(_spec)
 
 __all__ = ["softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy", "sum", "mean", "amax", "transpose", "embedding_bag", "scatter_add",
            "index_add", "masked_select", "compact", "matmul", "linear",
