@@ -127,7 +127,9 @@ def test_e2e_worker_tiny_train_and_decode_records():
         assert rec["steps"] == 1 and rec["step_ms"] > 0 and rec["tokens_per_s"] > 0 and rec["first_step_s"] > 0
     assert ours["parameters"] == eager["parameters"] and abs(ours["loss0"] - eager["loss0"]) <= 1e-4 * eager["loss0"]
     dec = e2e._worker({**base, "mode": "decode", "provider": "eager"})
-    assert dec["loss0"] is None and dec["step_ms"] > 0
+    ours = e2e._worker({**base, "mode": "decode", "provider": "roofkit"})
+    assert dec["loss0"] is None and dec["step_ms"] > 0 and len(dec["tokens"]) == base["decode_tokens"] + 1
+    assert ours["tokens"] == dec["tokens"]  # greedy tokens through the KV cache, as eager's
 
 
 def test_fused_loss_takes_transformers_loss_arguments_and_leaves_a_hooked_head():

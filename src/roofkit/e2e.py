@@ -116,7 +116,7 @@ def _worker(spec: dict) -> dict:
     g = torch.Generator(device=device).manual_seed(1)
     b, s = spec["batch"], spec["seq"]
     ids = torch.randint(0, vocab, (b, s), device=device, generator=g)
-    times, loss0 = [], None
+    times, loss0, check = [], None, None
 
     if spec["mode"] == "train":
         model.train()
@@ -136,6 +136,7 @@ def _worker(spec: dict) -> dict:
             with torch.no_grad():
                 return model(input_ids=ids, logits_to_keep=1).logits
         tokens = b * s
+        check = []
     else:  # decode: batch 1, the prefix through the cache, then `steps` tokens one at a time
         from transformers import DynamicCache
 
@@ -151,14 +152,19 @@ def _worker(spec: dict) -> dict:
                 cache = DynamicCache(config=model.config)
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{name: cache})
                 nxt = out.logits[:, -1:].argmax(-1)
+                made = [nxt]
                 _sync(device)
                 t0 = time.perf_counter()
                 for _ in range(new):
                     out = model(input_ids=nxt, use_cache=True, **{name: cache})
                     nxt = out.logits[:, -1:].argmax(-1)
+                    made.append(nxt)
                 _sync(device)
-                return (time.perf_counter() - t0) / new
+                elapsed = (time.perf_counter() - t0) / new
+                check[:] = [int(t) for t in torch.cat(made, -1).flatten().tolist()]  # after the timing
+                return elapsed
         tokens = 1
+        check = []
 
     t0 = time.perf_counter()
     first = step()
@@ -166,6 +172,8 @@ def _worker(spec: dict) -> dict:
     first_s = time.perf_counter() - t0
     if spec["mode"] == "train":
         loss0 = float(first)
+    elif spec["mode"] == "prefill":  # the output checked against eager's: each sequence's next token
+        check = [int(t) for t in first[:, -1].float().argmax(-1).tolist()]
     for _ in range(spec["warmup"]):
         step()
     _sync(device)
@@ -183,7 +191,8 @@ def _worker(spec: dict) -> dict:
     return {"step_ms": ms, "p20_ms": _quantile(times, 0.2), "p80_ms": _quantile(times, 0.8),
             "tokens_per_s": tokens / (ms / 1e3), "peak_bytes": torch.cuda.max_memory_allocated(device)
             if device.type == "cuda" else None, "first_step_s": first_s, "loss0": loss0, "steps": len(times),
-            "parameters": sum(p.numel() for p in model.parameters())}
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "tokens": check if spec["mode"] != "train" else None}
 
 
 def _quantile(xs, q):
@@ -303,7 +312,8 @@ def main(argv=None) -> int:
     unit = "ms / token" if args.mode == "decode" else "ms / step"
     t = Table(title=f"roofkit e2e: {args.model}, {spec['layers']} layers, {args.mode}, batch {spec['batch']} x "
               f"{spec['seq']} ({env.get('gpu') or 'CPU, Triton interpreter: not a measurement'})")
-    for col in ("provider", unit, "p20-p80", "tokens/s", "vs eager", "peak GiB", "first step s", "loss0", "note"):
+    check = "step-0 loss" if args.mode == "train" else "tokens = eager's"
+    for col in ("provider", unit, "p20-p80", "tokens/s", "vs eager", "peak GiB", "first step s", check, "note"):
         t.add_column(col, justify="left" if col in ("provider", "note") else "right")
     for r in records:
         if r["status"] != "ok":
@@ -312,7 +322,8 @@ def main(argv=None) -> int:
         t.add_row(r["provider"], f"{r['step_ms']:.2f}", f"{r['p20_ms']:.2f}-{r['p80_ms']:.2f}",
                   f"{r['tokens_per_s']:,.0f}", f"{r.get('vs_eager', math.nan):.2f}x",
                   f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else "",
-                  f"{r['first_step_s']:.1f}", "" if r.get("loss0") is None else f"{r['loss0']:.4f}", "")
+                  f"{r['first_step_s']:.1f}", f"{r['loss0']:.4f}" if r.get("loss0") is not None else
+                  f"{100 * r['tokens_vs_eager']:.0f} %" if r.get("tokens_vs_eager") is not None else "", "")
     console.print(t)
     console.print(f"wrote {args.out}/results.json, results.csv, e2e.png")
     return 0 if all(r["status"] != "error" for r in records) else 1
@@ -328,10 +339,15 @@ def _write(out: str, env: dict, spec: dict, records: list) -> None:
                 r["memory_vs_eager"] = r["peak_bytes"] / eager["peak_bytes"]
             if r.get("loss0") is not None and eager.get("loss0") is not None:
                 r["loss0_diff"] = r["loss0"] - eager["loss0"]
+            if r.get("tokens") and eager.get("tokens") and len(r["tokens"]) == len(eager["tokens"]):
+                # prefill / decode: the share of next tokens equal to eager's (16-bit rounding can
+                # flip a near tie; a wrong kernel flips most)
+                r["tokens_vs_eager"] = sum(a == b for a, b in zip(r["tokens"], eager["tokens"])) / len(r["tokens"])
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"environment": env, "spec": spec, "records": records}, f, indent=1)
     keys = ["model", "layers", "mode", "batch", "seq", "provider", "status", "step_ms", "p20_ms", "p80_ms",
-            "tokens_per_s", "vs_eager", "peak_bytes", "memory_vs_eager", "first_step_s", "loss0", "loss0_diff", "error"]
+            "tokens_per_s", "vs_eager", "peak_bytes", "memory_vs_eager", "first_step_s", "loss0", "loss0_diff",
+            "tokens_vs_eager", "error"]
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
         w.writeheader()
