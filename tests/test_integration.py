@@ -178,3 +178,21 @@ def test_attention_follows_autocast():
         roofkit.scaled_dot_product_attention = real
     assert seen == [torch.bfloat16]
     torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2)
+
+
+def test_e2e_under_fsdp2_on_two_gloo_processes_gives_the_one_process_loss(tmp_path):
+    # `roofkit e2e --nproc 2`: torchrun, two CPU processes (gloo), the patched tiny model
+    # fully_shard-ed per decoder layer; every rank takes the same batch, so the step-0 loss is
+    # the one-process loss.
+    import json
+
+    from roofkit import e2e
+
+    base = dict(model="llama3-8b", layers=1, seq=8, batch=1, steps=1, warmup=0, decode_tokens=2, tiny=True)
+    one = e2e._worker({**base, "mode": "train", "provider": "roofkit"})
+    rc = e2e.main(["--providers", "roofkit", "--layers", "1", "--seq", "8", "--batch", "1", "--steps", "1",
+                   "--warmup", "0", "--nproc", "2", "--timeout", "240", "--out", str(tmp_path)])
+    (rec,) = json.loads((tmp_path / "results.json").read_text())["records"]
+    assert rc == 0 and rec["status"] == "ok", rec
+    assert rec["world_size"] == 2 and rec["parameters"] == one["parameters"]  # (DTensors count globally)
+    assert abs(rec["loss0"] - one["loss0"]) <= 1e-5 * one["loss0"], (rec["loss0"], one["loss0"])

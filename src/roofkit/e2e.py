@@ -80,7 +80,10 @@ def _build(spec: dict, device, dtype):
     return model, family
 
 
-def _apply(provider: str, model, family: str):
+def _apply(provider: str, model, family: str, sharded: bool = False):
+    """The provider's model: patched (Liger, roofkit), then under FSDP2 when ``sharded`` (each
+    decoder layer and the whole model ``fully_shard``-ed over the default process group), then
+    compiled."""
     import torch
 
     import roofkit
@@ -91,9 +94,31 @@ def _apply(provider: str, model, family: str):
         getattr(lk, f"apply_liger_kernel_to_{family}")(model=model)
     if provider.startswith("roofkit"):
         roofkit.patch(model)
+    if sharded:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
     if provider.endswith("compile"):
         model = torch.compile(model)
     return model
+
+
+def _distributed(device_type: str) -> tuple[int, int]:
+    """(rank, world size) of a torchrun launch, its process group started (NCCL on GPUs, gloo on
+    CPUs) and this rank's GPU made current; (0, 1) without torchrun."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if device_type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    return dist.get_rank(), world
 
 
 def _sync(device):
@@ -108,10 +133,12 @@ def _worker(spec: dict) -> dict:
 
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"  # before roofkit's kernels are defined
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    rank, world = _distributed("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model, family = _build(spec, device, dtype)
-    model = _apply(spec["provider"], model, family)
+    # (every rank builds the same weights and takes the same batch: the loss is the one-process loss)
+    model = _apply(spec["provider"], model, family, sharded=world > 1)
     vocab = model.config.vocab_size
     g = torch.Generator(device=device).manual_seed(1)
     b, s = spec["batch"], spec["seq"]
@@ -192,7 +219,7 @@ def _worker(spec: dict) -> dict:
             "tokens_per_s": tokens / (ms / 1e3), "peak_bytes": torch.cuda.max_memory_allocated(device)
             if device.type == "cuda" else None, "first_step_s": first_s, "loss0": loss0, "steps": len(times),
             "parameters": sum(p.numel() for p in model.parameters()),
-            "tokens": check if spec["mode"] != "train" else None}
+            "tokens": check if spec["mode"] != "train" else None, "world_size": world, "rank": rank}
 
 
 def _quantile(xs, q):
@@ -206,7 +233,11 @@ def _quantile(xs, q):
 def _run_provider(spec: dict, timeout: float) -> dict:
     """One provider in a fresh process; its record (``status`` "ok" or "error" with the reason)."""
     cmd = [sys.executable, "-m", "roofkit.e2e", "--worker", json.dumps(spec)]
-    rec = {k: spec[k] for k in ("model", "layers", "mode", "batch", "seq", "provider")}
+    if spec.get("nproc", 1) > 1:  # FSDP2 over nproc processes: rank 0 reports
+        cmd[1:3] = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec['nproc']}", "-m",
+                    "roofkit.e2e"]
+    rec = {**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq", "provider")},
+           "world_size": spec.get("nproc", 1)}
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -260,13 +291,21 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=positive, default=8, help="timed steps (decode: repeats of the token loop; default: 8)")
     p.add_argument("--warmup", type=count, default=2, help="untimed steps after the first (default: 2)")
     p.add_argument("--decode-tokens", type=positive, default=32, help="decode: tokens per timed repeat (default: 32)")
+    p.add_argument("--nproc", type=positive, default=1,
+                   help="train under FSDP2 on this many processes (torchrun; one GPU each, or gloo on CPUs); "
+                        "records tokens/s and peak memory per GPU (default: 1, no sharding)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per provider (default: 900)")
     p.add_argument("--out", default="roofkit-out/e2e", help="folder for results.json, results.csv, e2e.png")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         rec = _worker(json.loads(args.worker))
-        print(_MARK + json.dumps(rec), flush=True)
+        if rec["rank"] == 0:
+            print(_MARK + json.dumps(rec), flush=True)
+        if rec["world_size"] > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
         return 0
 
     import torch
@@ -279,7 +318,11 @@ def main(argv=None) -> int:
 
     console = Console()
     tiny = not torch.cuda.is_available()
-    spec = dict(model=args.model, layers=args.layers, mode=args.mode, seq=args.seq, steps=args.steps,
+    if args.nproc > 1 and args.mode != "train":
+        p.error("--nproc > 1 runs the train mode only (FSDP2 shards parameters, gradients and optimizer state)")
+    if args.nproc > 1 and torch.cuda.is_available() and torch.cuda.device_count() < args.nproc:
+        p.error(f"--nproc {args.nproc}: this machine has {torch.cuda.device_count()} GPU(s)")
+    spec = dict(model=args.model, layers=args.layers, mode=args.mode, seq=args.seq, steps=args.steps, nproc=args.nproc,
                 warmup=args.warmup, decode_tokens=args.decode_tokens, tiny=tiny,
                 batch=1 if args.mode == "decode" else (args.batch or 4))  # decode: batch 1 (what it runs)
     if tiny:
@@ -310,8 +353,9 @@ def main(argv=None) -> int:
           f"batch {spec['batch']} x {spec['seq']} ({env.get('gpu') or 'CPU, interpreter'})")
 
     unit = "ms / token" if args.mode == "decode" else "ms / step"
+    fsdp = f", FSDP2 over {args.nproc} processes (per-GPU figures)" if args.nproc > 1 else ""
     t = Table(title=f"roofkit e2e: {args.model}, {spec['layers']} layers, {args.mode}, batch {spec['batch']} x "
-              f"{spec['seq']} ({env.get('gpu') or 'CPU, Triton interpreter: not a measurement'})")
+              f"{spec['seq']}{fsdp} ({env.get('gpu') or 'CPU, Triton interpreter: not a measurement'})")
     check = "step-0 loss" if args.mode == "train" else "tokens = eager's"
     for col in ("provider", unit, "p20-p80", "tokens/s", "vs eager", "peak GiB", "first step s", check, "note"):
         t.add_column(col, justify="left" if col in ("provider", "note") else "right")
@@ -345,7 +389,7 @@ def _write(out: str, env: dict, spec: dict, records: list) -> None:
                 r["tokens_vs_eager"] = sum(a == b for a, b in zip(r["tokens"], eager["tokens"])) / len(r["tokens"])
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"environment": env, "spec": spec, "records": records}, f, indent=1)
-    keys = ["model", "layers", "mode", "batch", "seq", "provider", "status", "step_ms", "p20_ms", "p80_ms",
+    keys = ["model", "layers", "mode", "batch", "seq", "world_size", "provider", "status", "step_ms", "p20_ms", "p80_ms",
             "tokens_per_s", "vs_eager", "peak_bytes", "memory_vs_eager", "first_step_s", "loss0", "loss0_diff",
             "tokens_vs_eager", "error"]
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
