@@ -196,3 +196,24 @@ def test_e2e_under_fsdp2_on_two_gloo_processes_gives_the_one_process_loss(tmp_pa
     assert rc == 0 and rec["status"] == "ok", rec
     assert rec["world_size"] == 2 and rec["parameters"] == one["parameters"]  # (DTensors count globally)
     assert abs(rec["loss0"] - one["loss0"]) <= 1e-5 * one["loss0"], (rec["loss0"], one["loss0"])
+
+
+def test_a_dtensor_argument_is_refused_with_what_to_do(tmp_path):
+    # A sharded (or replicated) FSDP2 parameter reaching an op outside the module's forward: an
+    # error naming the op, the argument and the way out, never a silent local computation.
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        x, w = torch.randn(4, 8), torch.randn(8)
+        for placement in (Shard(0), Replicate()):
+            wd = distribute_tensor(w, mesh, [placement])
+            with pytest.raises(TypeError, match=r"roofkit\.rms_norm: weight is a DTensor .*weight\.full_tensor\(\)"):
+                roofkit.rms_norm(x, (8,), wd, 1e-5)
+            with pytest.raises(TypeError, match=r"roofkit\.swiglu: gate is a DTensor"):
+                roofkit.swiglu(distribute_tensor(x, mesh, [placement]), x)
+    finally:
+        dist.destroy_process_group()

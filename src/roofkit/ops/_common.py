@@ -75,6 +75,11 @@ def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES) -> None:
     """Raise TypeError / ValueError naming ``op`` and ``name`` unless ``t`` is a usable tensor."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"roofkit.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter and type(t).__name__ == "DTensor":
+        raise TypeError(f"roofkit.{op}: {name} is a DTensor (a distributed tensor, e.g. an FSDP2 parameter outside "
+                        f"the module's forward); roofkit's kernels take local tensors: call the op where the "
+                        f"parameters are unsharded (inside the FSDP2 module's forward), or pass {name}.full_tensor() "
+                        f"(the whole tensor) or {name}.to_local() (this rank's shard)")
     if t.layout != torch.strided:
         raise TypeError(f"roofkit.{op}: {name} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dtype not in dtypes:
