@@ -287,7 +287,8 @@ def main(argv=None) -> int:
     p.add_argument("--mode", default="train", choices=("train", "prefill", "decode"))
     p.add_argument("--batch", type=positive, default=None, help="default: 4 (train, prefill), 1 (decode)")
     p.add_argument("--seq", type=positive, default=2048, help="tokens per sequence; decode: the prefix (default: 2048)")
-    p.add_argument("--providers", nargs="+", default=list(PROVIDERS), choices=PROVIDERS)
+    p.add_argument("--providers", nargs="+", default=list(PROVIDERS), choices=PROVIDERS,
+                   help="which to run, each in its own process (default: all)")
     p.add_argument("--steps", type=positive, default=8, help="timed steps (decode: repeats of the token loop; default: 8)")
     p.add_argument("--warmup", type=count, default=2, help="untimed steps after the first (default: 2)")
     p.add_argument("--decode-tokens", type=positive, default=32, help="decode: tokens per timed repeat (default: 32)")
@@ -316,7 +317,7 @@ def main(argv=None) -> int:
 
     from .harness.device import environment
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # (piped: no truncated columns)
     tiny = not torch.cuda.is_available()
     if args.nproc > 1 and args.mode != "train":
         p.error("--nproc > 1 runs the train mode only (FSDP2 shards parameters, gradients and optimizer state)")
@@ -349,12 +350,12 @@ def main(argv=None) -> int:
                 records.append(_run_provider({**spec, "provider": provider}, args.timeout))
             _write(args.out, env, spec, records)  # after each provider: an interrupted run keeps what it measured
             bar.advance(task)
-    _plot(records, os.path.join(args.out, "e2e.png"), f"{args.model}, {spec['layers']} layers, {args.mode}, "
+    _plot(records, os.path.join(args.out, "e2e.png"), f"{args.model}, {spec['layers']} layer(s), {args.mode}, "
           f"batch {spec['batch']} x {spec['seq']} ({env.get('gpu') or 'CPU, interpreter'})")
 
     unit = "ms / token" if args.mode == "decode" else "ms / step"
     fsdp = f", FSDP2 over {args.nproc} processes (per-GPU figures)" if args.nproc > 1 else ""
-    t = Table(title=f"roofkit e2e: {args.model}, {spec['layers']} layers, {args.mode}, batch {spec['batch']} x "
+    t = Table(title=f"roofkit e2e: {args.model}, {spec['layers']} layer(s), {args.mode}, batch {spec['batch']} x "
               f"{spec['seq']}{fsdp} ({env.get('gpu') or 'CPU, Triton interpreter: not a measurement'})")
     check = "step-0 loss" if args.mode == "train" else "tokens = eager's"
     for col in ("provider", unit, "p20-p80", "tokens/s", "vs eager", "peak GiB", "first step s", check, "note"):

@@ -149,8 +149,11 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
                                         reduction="mean" if num_items is None else "sum", ignore_index=ignore_index)
     if num_items is not None:
         loss = loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
-    out = CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=getattr(outputs, "past_key_values", None),
-                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+    # (the cache's field is "cache" in newer transformers, "past_key_values" before)
+    field = "cache" if "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {}) else "past_key_values"
+    cache = next((outputs[k] for k in ("cache", "past_key_values") if k in outputs), None)
+    out = CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
+                                 attentions=outputs.attentions, **{field: cache})
     return out if return_dict is not False else out.to_tuple()
 
 
