@@ -6,7 +6,6 @@ kernel, busy time against the span, the largest gaps between kernels).
 """
 import math, torch, collections
 import roofkit
-from roofkit.ops import linear_cross_entropy as L
 from torch.profiler import profile, ProfilerActivity
 dev, bf = "cuda", torch.bfloat16
 N, H, V = 8192, 4096, 128256

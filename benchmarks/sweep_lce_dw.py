@@ -4,7 +4,7 @@ ping-pong tile, the Triton 128 x 256 kernel it replaced, and cuBLAS addmm_. Warm
 
     PYTHONPATH=src python3 benchmarks/sweep_lce_dw.py      (an H200: Hopper's ping-pong kernel)
 """
-import importlib, math, torch, dataclasses
+import importlib, torch
 from roofkit.harness.timing import time_providers
 MM = importlib.import_module("roofkit.ops.matmul")
 dev, bf = "cuda", torch.bfloat16
