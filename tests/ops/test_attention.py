@@ -645,3 +645,20 @@ def test_flags_must_be_bools_and_scale_any_real(device):
     got = scaled_dot_product_attention(q, k, v, scale=np.float32(0.5))
     want = torch.softmax(0.5 * q.double() @ k.double().transpose(-1, -2), -1) @ v.double()
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_output_is_laid_out_as_torch_flash_returns_it(device):
+    # (B, Hq, Sq, D) laid out (B, Sq, Hq, D): a model's transpose(1, 2).reshape copies nothing;
+    # the fake lays it out the same way (compiled graphs check the strides).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, k, v = _qkv(2, 4, 2, 9, 13, 16, device, seed=3)
+    out = scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert out.shape == (2, 4, 9, 16) and out.transpose(1, 2).is_contiguous()
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double().repeat_interleave(2, 1),
+                                                           v.double().repeat_interleave(2, 1))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    api = importlib.import_module("roofkit.ops.attention.api")
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = api._attention_fwd_fake(*(mode.from_tensor(t) for t in (q, k, v)), None, -1, -1, False, 0.25, False, True)
+    assert fake[0].stride() == out.stride()

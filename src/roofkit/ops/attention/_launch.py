@@ -184,6 +184,15 @@ def _mask_args(mask: torch.Tensor | None, q: torch.Tensor, sk: int):
     return m, tuple(m.stride()), True, is_bool
 
 
+def _output(q: torch.Tensor) -> torch.Tensor:
+    """The output, (B, Hq, Sq, D) laid out (B, Sq, Hq, D) in memory as torch's flash and
+    memory-efficient backends return it: a model's ``out.transpose(1, 2).reshape(B, Sq, -1)``
+    then copies nothing, and the projection after it saves the same storage the attention's
+    backward keeps. (The launch and the fakes both make it here.)"""
+    B, hq, sq, d = q.shape
+    return q.new_empty((B, sq, hq, d)).transpose(1, 2)
+
+
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, window: tuple[int, int],
              bottom_right: bool, scale: float, keep_fp32: bool):
     """(out [B, Hq, Sq, D] in q's dtype, base-2 lse [2, B, Hq, Sq] fp32 as hi (the rounded lse)
@@ -194,7 +203,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     launch nothing."""
     B, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
-    out = torch.empty((B, hq, sq, d), dtype=q.dtype, device=q.device)
+    out = _output(q)
     lse = torch.empty((2, B, hq, sq), dtype=torch.float32, device=q.device)
     lse_hi, lse_lo = lse[0], lse[1]
     o32 = torch.empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32, device=q.device)
@@ -235,7 +244,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
             )
         return out, lse, o32
     cfg = _fwd_config(d_pad, band.causal, q.dtype, sq)
-    use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * d) >= 2**31
+    use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * out.stride(2)) >= 2**31
     grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
     launch(_LAUNCHES, _attn_fwd_kernel, grid,

@@ -11,7 +11,7 @@ import torch
 
 from .._common import check_same_device, check_tensor
 from .._runtime import Op, planned
-from ._launch import _backward, _forward
+from ._launch import _backward, _forward, _output
 
 MAX_HEAD_DIM = 256
 
@@ -30,7 +30,7 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
 
 def _attention_fwd_fake(q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_fp32):
     B, hq, sq, d = q.shape
-    return (q.new_empty((B, hq, sq, d)), q.new_empty((2, B, hq, sq), dtype=torch.float32),
+    return (_output(q), q.new_empty((2, B, hq, sq), dtype=torch.float32),
             q.new_empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32))
 
 
@@ -190,7 +190,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         scale: softmax scale, default 1 / sqrt(D).
         enable_gqa: allow Hq != Hkv.
     Returns:
-        (B, Hq, Sq, D) contiguous tensor in query's dtype. A query row that sees no key (every
+        (B, Hq, Sq, D) tensor in query's dtype, laid out (B, Sq, Hq, D) in memory, as torch's
+        flash and memory-efficient backends return it (``out.transpose(1, 2)`` is contiguous:
+        reshaping it to (B, Sq, Hq * D) copies nothing). A query row that sees no key (every
         key masked out by attn_mask, or Sk == 0) is 0 and gets zero gradients, as torch's math
         and CPU backends give (torch >= 2.5; never NaN).
     Raises:
@@ -253,7 +255,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         window_size: (left, right) sliding-window (local) attention, as FlashAttention's; -1 is
             unbounded, (-1, -1) (default) no window; only the KV blocks inside the band are read.
     Returns:
-        out (B, Hq, Sq, D) in q's dtype, or (out, lse) with lse (B, Hq, Sq) float32, natural log,
+        out (B, Hq, Sq, D) in q's dtype (laid out as scaled_dot_product_attention's), or (out, lse) with lse (B, Hq, Sq) float32, natural log,
         -inf for rows that see no key (whose output is 0). Gradients flow through both.
     Raises:
         TypeError / ValueError as :func:`scaled_dot_product_attention` (naming roofkit.flash_attention);
