@@ -1,4 +1,4 @@
-"""roofkit command line: ``list | verify | bench | tune | device | report``, a thin shell over the harness."""
+"""roofkit command line: ``list | verify | eval | bench | tune | device | report``, a thin shell over the harness."""
 
 from __future__ import annotations
 
@@ -183,6 +183,34 @@ def cmd_verify(args) -> int:
             return 2
     ok = _run_verify(specs, dtypes=dtypes, quick=args.quick, slow=args.slow, seeds=args.seeds, console=console)
     return 0 if ok else 1
+
+
+def cmd_eval(args) -> int:
+    import json
+
+    import torch
+
+    from roofkit.harness.evaluate import EvaluationError, evaluate
+
+    aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    dtypes = [getattr(torch, aliases.get(d, d), None) for d in args.dtype or ()]
+    if not all(isinstance(d, torch.dtype) for d in dtypes):
+        print(f"roofkit eval: unknown dtype in {args.dtype} (use float32, float16 or bfloat16)", file=sys.stderr)
+        return 2
+    try:
+        rep = evaluate(args.candidate, args.op, cases=args.cases, quick=args.quick, seeds=args.seeds,
+                       timeout_s=args.timeout, total_timeout_s=args.total_timeout, dtypes=dtypes or None)
+    except EvaluationError as e:
+        print(f"roofkit eval: {e}", file=sys.stderr)
+        return 2
+    print(rep.summary())
+    if rep.rows:
+        print(rep.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(rep.to_json(), indent=1, default=str))
+    if rep.error is not None:
+        return 2
+    return 0 if rep.accepted else 1
 
 
 def cmd_bench(args) -> int:
@@ -416,6 +444,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--slow", action="store_true", help="include cases tagged slow (GPU)")
     s.add_argument("--seeds", type=int, default=3, help="fresh random inputs per case and dtype (default: 3)")
     s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("eval", help="judge a candidate file's implementation of an op in a separate process "
+                       "(exit 0 accepted, 1 rejected, 2 could not run; docs/eval.md)")
+    s.add_argument("candidate", help="a Python file defining a function named like the op")
+    s.add_argument("--op", required=True, help="the registered op it implements (roofkit list)")
+    s.add_argument("--cases", nargs="+", help="only these case names of the op (default: every CPU case)")
+    s.add_argument("--dtype", action="append", help="float32, float16 or bfloat16 (repeatable)")
+    s.add_argument("--quick", action="store_true", help="only the cases tagged quick")
+    s.add_argument("--seeds", type=int, default=2, help="calls on fresh inputs per case and dtype (default: 2)")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds one call may take (default: 120)")
+    s.add_argument("--total-timeout", type=float, default=1800.0,
+                   help="seconds the whole evaluation may take (default: 1800)")
+    s.add_argument("--json", help="also write the report to this JSON file")
+    s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("bench", help="verify, time and place every provider on a suite's shapes")
     s.add_argument("ops", nargs="*")

@@ -1,0 +1,526 @@
+"""``roofkit eval``: judge a candidate implementation of a registered op, run in another process.
+
+The judge (this process) draws every input from a fresh ``os.urandom`` seed, computes the float64
+reference and PyTorch's same-dtype result (the error budget of ``verify``) on its own pristine
+copies, and sends only the inputs to a worker process (``_eval_worker``) that imports the
+candidate file in a fresh directory, with a minimal environment, its stdout/stderr sent to a
+file, and runs it. Results come back over a private pipe as ``torch.save`` bytes decoded with
+``weights_only=True``; every verdict is formed here. Each (case, dtype) is called ``seeds`` times
+with fresh inputs, the rounds interleaved over all cases in a random order, so answers that
+depend on the call count or replay an earlier output are caught.
+
+Finding classes (one :class:`Finding` per class and case): ``wrong_result``, ``nan``,
+``wrong_shape``, ``wrong_dtype``, ``wrong_type``, ``tensor_subclass``, ``input_mutation``,
+``cached``, ``stateful``, ``exception``, ``exit``, ``crash``, ``hang``, ``protocol``.
+This slice checks forward outputs on the CPU (the Triton interpreter); gradients and timing are
+not judged yet (docs/eval.md).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import registry
+from .inputs import make_generator
+from .spec import Case, OpSpec
+from .verify import _bitwise_equal, _clone_layout, check_outputs, reference_outputs, select_cases
+
+CLASSES = ("wrong_result", "nan", "wrong_shape", "wrong_dtype", "wrong_type", "tensor_subclass", "input_mutation",
+           "cached", "stateful", "exception", "exit", "crash", "hang", "protocol")
+QUICK_FALLBACK = 3  # cases taken by ``quick`` from a spec that tags none quick
+CALL_TIMEOUT_S = 120.0
+TOTAL_TIMEOUT_S = 1800.0
+START_TIMEOUT_S = 120.0  # the worker's start and the candidate's import
+MAX_FRAME_BYTES = 1 << 34
+# What the worker inherits of this process's environment (nothing else: no tokens, no keys).
+ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
+            "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class EvaluationError(Exception):
+    """The evaluation could not run (unknown op or case, missing candidate file)."""
+
+
+@dataclass
+class Finding:
+    """One reason for rejection: its class (see ``CLASSES``), where, and the figures."""
+
+    cls: str
+    case: str
+    detail: str
+
+
+@dataclass
+class CallRow:
+    """One call of the candidate: its case, dtype, round and seed, and its error against the budget."""
+
+    case: str
+    dtype: str
+    round: int
+    seed: int
+    status: str
+    passed: bool
+    err_l2: float = math.nan
+    budget_l2: float = math.nan
+    torch_err_l2: float = math.nan
+    classes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """The verdict on one candidate. ``error`` set: the evaluation could not run (exit 2)."""
+
+    op: str
+    candidate: str
+    findings: list[Finding] = field(default_factory=list)
+    rows: list[CallRow] = field(default_factory=list)
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def accepted(self) -> bool:
+        return self.error is None and not self.findings and bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def classes(self) -> set[str]:
+        return {f.cls for f in self.findings}
+
+    def add(self, cls: str, case: str, detail: str) -> None:
+        if not any(f.cls == cls and f.case == case for f in self.findings):
+            self.findings.append(Finding(cls, case, detail))
+
+    def summary(self) -> str:
+        if self.error is not None:
+            return f"{self.candidate}: evaluation could not run: {self.error}"
+        verdict = "ACCEPTED" if self.accepted else "REJECTED"
+        head = f"{self.candidate} as {self.op}: {verdict} ({len(self.rows)} calls, {self.elapsed_s:.1f} s)"
+        return "\n".join([head] + [f"  {f.cls}: {f.case}: {f.detail}" for f in self.findings])
+
+    def table(self) -> str:
+        """One line per (case, dtype): calls passed, and the worst relative-L2 error against its budget."""
+        groups: dict[tuple[str, str], list[CallRow]] = {}
+        for r in self.rows:
+            groups.setdefault((r.case, r.dtype), []).append(r)
+        lines = [f"  {'case':<32} {'dtype':<9} {'passed':>7} {'err_l2':>10} {'budget':>10}"]
+        for (case, dtype), rows in sorted(groups.items()):
+            worst = max(rows, key=lambda r: r.err_l2 / r.budget_l2 if r.budget_l2 > 0 else 0.0)
+            err, budget = (f"{v:>10.3g}" if not math.isnan(v) else f"{'-':>10}" for v in (worst.err_l2, worst.budget_l2))
+            lines.append(f"  {case:<32} {dtype:<9} {sum(r.passed for r in rows):>3}/{len(rows):<3} {err} {budget}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["accepted"] = self.accepted
+        return d
+
+
+# ----------------------------------------------------------------------------- the worker
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Closed(Exception):
+    pass
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _worker_env(root: str) -> dict:
+    env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    import roofkit
+
+    env.update(HOME=root, PYTHONPATH=str(Path(roofkit.__file__).resolve().parents[1]), PYTHONNOUSERSITE="1",
+               PYTHONDONTWRITEBYTECODE="1")
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+class _Worker:
+    """A started ``_eval_worker`` process (a process group of its own) and the two pipes to it."""
+
+    def __init__(self, root: str):
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        env = _worker_env(root)
+        env["ROOFKIT_EVAL_FDS"] = f"{to_r},{from_w}"
+        self.log = open(os.path.join(root, "worker.log"), "ab")  # noqa: SIM115 (closed by close())
+        self.proc = subprocess.Popen([sys.executable, "-m", "roofkit.harness._eval_worker"], cwd=root, env=env,
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                     pass_fds=(to_r, from_w), start_new_session=True)
+        os.close(to_r)
+        os.close(from_w)
+        self.wfd, self.rfd = to_w, from_r
+        os.set_blocking(self.wfd, False)
+        self.buf = bytearray()
+
+    def send(self, obj, deadline: float) -> None:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        data = buf.getvalue()
+        view = memoryview(len(data).to_bytes(8, "big") + data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout()
+            _, writable, _ = select.select([], [self.wfd], [], left)
+            if writable:
+                try:
+                    view = view[os.write(self.wfd, view):]
+                except BlockingIOError:
+                    continue
+                except OSError as e:
+                    raise _Closed() from e
+
+    def recv(self, deadline: float) -> dict:
+        while True:
+            if len(self.buf) >= 8:
+                n = int.from_bytes(self.buf[:8], "big")
+                if not 0 < n <= MAX_FRAME_BYTES:
+                    raise _Malformed(f"a message of {n} bytes announced")
+            if len(self.buf) >= 8 and len(self.buf) >= 8 + n:
+                payload, self.buf = bytes(self.buf[8:8 + n]), self.buf[8 + n:]
+                try:
+                    msg = torch.load(io.BytesIO(payload), weights_only=True)
+                except Exception as e:
+                    raise _Malformed(f"undecodable message ({type(e).__name__})") from e
+                if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
+                    raise _Malformed("a message that is not a dict with a kind")
+                return msg
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout()
+            readable, _, _ = select.select([self.rfd], [], [], left)
+            if readable:
+                data = os.read(self.rfd, 1 << 20)
+                if not data:
+                    raise _Closed()
+                self.buf += data
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything a candidate left running
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for fd in (self.wfd, self.rfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.log.close()
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def _plan(spec: OpSpec, cases, dtypes, quick: bool) -> list[tuple[Case, torch.dtype]]:
+    cpu = torch.device("cpu")
+    if cases:
+        try:
+            chosen = [spec.case(c) if isinstance(c, str) else c for c in cases]
+        except KeyError as e:
+            raise EvaluationError(str(e.args[0])) from None
+    else:
+        chosen = select_cases(spec, cpu, quick=quick)
+        if quick and not chosen:
+            chosen = select_cases(spec, cpu)[:QUICK_FALLBACK]
+    wanted = tuple(dtypes) if dtypes is not None else None
+    keys = [(c, dt) for c in chosen for dt in spec.case_dtypes(c) if wanted is None or dt in wanted]
+    if not keys:
+        raise EvaluationError(f"{spec.name}: no case takes the dtypes asked for")
+    return keys
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _exit_finding(report: Report, where: str, exitcode: int, log_tail: str) -> None:
+    tail = f"; candidate output ends: {log_tail!r}" if log_tail else ""
+    if exitcode >= 0:
+        report.add("exit", where, f"the process exited with status {exitcode}{tail}")
+    else:
+        report.add("crash", where, f"the process was killed by {signal.Signals(-exitcode).name}{tail}")
+
+
+def _log_tail(cand_dir: str, n: int = 300) -> str:
+    try:
+        return Path(cand_dir, "candidate.log").read_text(errors="replace")[-n:].strip()
+    except OSError:
+        return ""
+
+
+# ----------------------------------------------------------------------------- judging one call
+
+
+def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pristine, history,
+                report: Report) -> None:
+    where = f"{case.name}[{row.dtype}]"
+    if msg.get("status") == "exception":
+        report.add("exception", where, str(msg.get("message", ""))[:500])
+        row.classes.append("exception")
+        return
+    out = msg.get("out")
+    typename = str(msg.get("type", ""))
+    if not isinstance(out, torch.Tensor) or type(out) is not torch.Tensor:
+        report.add("wrong_type", where, f"returned {typename or 'nothing'}, expected a torch.Tensor")
+        row.classes.append("wrong_type")
+        return
+    if typename != "torch.Tensor":
+        report.add("tensor_subclass", where, f"returned a {typename}, a subclass of torch.Tensor")
+        row.classes.append("tensor_subclass")
+    exp = expected[0][1]
+    if tuple(out.shape) != tuple(exp.shape):
+        report.add("wrong_shape", where, f"shape {tuple(out.shape)}, expected {tuple(exp.shape)}")
+        row.classes.append("wrong_shape")
+    if out.dtype != exp.dtype:
+        report.add("wrong_dtype", where, f"dtype {_dtype_name(out.dtype)}, expected {_dtype_name(exp.dtype)}")
+        row.classes.append("wrong_dtype")
+    if "wrong_shape" not in row.classes and "wrong_dtype" not in row.classes:
+        checks = check_outputs(spec, case, dtype, refs, expected, [("out", out)], torch.device("cpu"))
+        for c in checks:
+            row.err_l2, row.budget_l2, row.torch_err_l2 = c.err_l2, c.budget_l2, c.torch_err_l2
+            for reason in c.reasons:
+                cls = "nan" if "NaN/inf" in reason else "wrong_result"
+                report.add(cls, where, f"{reason} (err_l2={c.err_l2:.3g}, budget={c.budget_l2:.3g}, "
+                                       f"torch={c.torch_err_l2:.3g}{', worst ' + c.worst if c.worst else ''})")
+                if cls not in row.classes:
+                    row.classes.append(cls)
+        # The same output for inputs whose true outputs differ: an earlier answer replayed.
+        for prev_exp, prev_out in history:
+            if _bitwise_equal(out, prev_out) and not _bitwise_equal(exp, prev_exp):
+                report.add("cached", where, "returned bitwise the output of an earlier call on other inputs")
+                row.classes.append("cached")
+                break
+        history.append((exp, out))
+    # Inputs as the candidate left them, against this process's pristine copies.
+    after = list(msg.get("args") or [])
+    for pos, a in enumerate(pristine.args):
+        if isinstance(a, torch.Tensor) and pos not in spec.mutates:
+            b = after[pos] if pos < len(after) else None
+            if not isinstance(b, torch.Tensor) or not _bitwise_equal(b, a):
+                report.add("input_mutation", where, f"argument {pos} was modified by the call")
+                row.classes.append("input_mutation")
+    after_kw = msg.get("kwargs") or {}
+    for k, a in pristine.kwargs.items():
+        if isinstance(a, torch.Tensor):
+            b = after_kw.get(k)
+            if not isinstance(b, torch.Tensor) or not _bitwise_equal(b, a):
+                report.add("input_mutation", where, f"argument {k!r} was modified by the call")
+                row.classes.append("input_mutation")
+
+
+# ----------------------------------------------------------------------------- one candidate
+
+
+class _Judge:
+    """Runs candidates one after another through one worker, started again after any anomaly."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.worker: _Worker | None = None
+        self.count = 0
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def run(self, path: Path, spec: OpSpec, keys, seeds: int, timeout_s: float, total_timeout_s: float) -> Report:
+        t0 = time.monotonic()
+        report = Report(spec.name, str(path))
+        deadline_total = t0 + total_timeout_s
+        if self.worker is None:
+            self.worker = _Worker(self.root)
+        w = self.worker
+        self.count += 1
+        cand_dir = os.path.join(self.root, f"candidate{self.count}")
+        os.mkdir(cand_dir, 0o700)
+        pid = None
+        where = "import"
+        clean = False
+        limit_s = START_TIMEOUT_S + timeout_s  # what the answer being waited for may take
+        try:
+            start_deadline = min(time.monotonic() + limit_s, deadline_total)
+            w.send({"kind": "candidate", "path": str(path), "name": spec.name, "dir": cand_dir}, start_deadline)
+            hello = w.recv(start_deadline)
+            if hello.get("kind") != "hello" or not isinstance(hello.get("pid"), int):
+                raise _Malformed("no hello from the candidate's process")
+            pid = hello["pid"]
+            imp = w.recv(start_deadline)
+            if imp.get("kind") == "ended":
+                _exit_finding(report, where, int(imp.get("exitcode", 0)), _log_tail(cand_dir))
+                clean = True
+                return report
+            status = imp.get("status")
+            if status == "exit":
+                report.add("exit", where, str(imp.get("message", "")))
+            elif status in ("error", "missing"):
+                report.error = str(imp.get("message", ""))
+            elif status != "ok":
+                raise _Malformed(f"unexpected import status {status!r}")
+            if status != "ok":  # the candidate's process ends by itself
+                clean = w.recv(start_deadline).get("kind") == "ended"
+                return report
+
+            rng = random.SystemRandom()
+            history = {k: [] for k in range(len(keys))}
+            passed_once = set()
+            for rnd in range(seeds):
+                order = list(range(len(keys)))
+                rng.shuffle(order)
+                for k in order:
+                    case, dtype = keys[k]
+                    where = f"{case.name}[{_dtype_name(dtype)}]"
+                    seed = int.from_bytes(os.urandom(8), "big") >> 2
+                    inputs = spec.make_inputs(case, dtype, make_generator(seed, "cpu"), torch.device("cpu"))
+                    pristine = inputs.map(lambda t: _clone_layout(t.detach()))
+                    expected, refs = reference_outputs(spec, inputs.map(lambda t: _clone_layout(t.detach())), (), 0)
+                    row = CallRow(case.name, _dtype_name(dtype), rnd, seed, "ok", False)
+                    report.rows.append(row)
+                    limit_s = timeout_s
+                    call_deadline = min(time.monotonic() + timeout_s, deadline_total)
+                    w.send({"kind": "call", "seq": len(report.rows), "args": list(inputs.args),
+                            "kwargs": dict(inputs.kwargs)}, call_deadline)
+                    msg = w.recv(call_deadline)
+                    if msg.get("kind") == "ended":
+                        row.status = "exit"
+                        _exit_finding(report, where, int(msg.get("exitcode", 0)), _log_tail(cand_dir))
+                        row.classes.append(report.findings[-1].cls)
+                        clean = True
+                        return report
+                    if msg.get("kind") != "result" or msg.get("seq") != len(report.rows):
+                        raise _Malformed(f"a {msg.get('kind')!r} message (seq {msg.get('seq')!r}) where the result "
+                                         f"of call {len(report.rows)} was due")
+                    row.status = str(msg.get("status"))
+                    if row.status == "exit":  # the candidate's process ends by itself
+                        report.add("exit", where, str(msg.get("message", "")))
+                        row.classes.append("exit")
+                        clean = w.recv(min(time.monotonic() + timeout_s, deadline_total)).get("kind") == "ended"
+                        return report
+                    _judge_call(spec, case, dtype, row, msg, expected, refs, pristine, history[k], report)
+                    row.passed = not row.classes
+                    if row.passed:
+                        passed_once.add(k)
+                    elif k in passed_once and {"wrong_result", "nan"} & set(row.classes) \
+                            and "cached" not in row.classes:
+                        report.add("stateful", where, f"right on an earlier call, wrong on call {len(report.rows)}")
+                        row.classes.append("stateful")
+            w.send({"kind": "done"}, min(time.monotonic() + timeout_s, deadline_total))
+            end = w.recv(min(time.monotonic() + timeout_s, deadline_total))
+            if end.get("kind") != "ended":
+                raise _Malformed(f"a {end.get('kind')!r} message where the end was due")
+            if end.get("exitcode") != 0:
+                _exit_finding(report, "after the last call", int(end.get("exitcode", 0)), _log_tail(cand_dir))
+            clean = True
+        except _Timeout:
+            over = time.monotonic() >= deadline_total
+            report.add("hang", where, f"no answer within {total_timeout_s if over else limit_s:g} s"
+                                      + (" (the whole evaluation's limit)" if over else " (the per-call limit)"))
+            if report.rows:
+                report.rows[-1].status = "hang"
+        except _Closed:
+            report.add("crash", where, "the worker process closed the result channel")
+        except _Malformed as e:
+            report.add("protocol", where, f"malformed message on the result channel: {e}")
+        finally:
+            if not clean:
+                if pid is not None:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                self.close()
+            report.elapsed_s = time.monotonic() - t0
+        return report
+
+
+# ----------------------------------------------------------------------------- API
+
+
+def evaluate_many(
+    paths: Sequence[str | os.PathLike],
+    op: str,
+    cases: Iterable[str] | None = None,
+    quick: bool = False,
+    seeds: int = 2,
+    timeout_s: float = CALL_TIMEOUT_S,
+    total_timeout_s: float = TOTAL_TIMEOUT_S,
+    dtypes: Iterable[torch.dtype] | None = None,
+) -> list[Report]:
+    """:func:`evaluate` each candidate in turn; one worker process (started once, and again after
+    a candidate that broke it) forks a fresh process for each candidate. Candidates that may
+    interfere with each other through processes they leave behind belong in separate calls."""
+    spec = _spec(op)
+    keys = _plan(spec, cases, dtypes, quick)
+    if seeds < 1:
+        raise EvaluationError("seeds must be at least 1")
+    paths = [Path(p) for p in paths]
+    for p in paths:
+        if not p.is_file():
+            raise EvaluationError(f"no candidate file {str(p)!r}")
+    root = tempfile.mkdtemp(prefix="roofkit-eval-")
+    judge = _Judge(root)
+    try:
+        return [judge.run(p.resolve(), spec, keys, seeds, timeout_s, total_timeout_s) for p in paths]
+    finally:
+        judge.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def evaluate(
+    path: str | os.PathLike,
+    op: str,
+    cases: Iterable[str] | None = None,
+    quick: bool = False,
+    seeds: int = 2,
+    timeout_s: float = CALL_TIMEOUT_S,
+    total_timeout_s: float = TOTAL_TIMEOUT_S,
+    dtypes: Iterable[torch.dtype] | None = None,
+) -> Report:
+    """Judge the function named ``op`` in the file ``path`` against the op's float64 reference.
+
+    Args:
+        path: a Python file defining a function named like the op, with its public signature.
+        op: a registered op name (``roofkit list``).
+        cases: case names of the op (default: every case that runs on the CPU).
+        quick: only the cases tagged quick (a few first cases if none is).
+        seeds: calls per (case, dtype), each on fresh inputs from ``os.urandom``; rounds interleave.
+        timeout_s: limit of one call (and, plus START_TIMEOUT_S, of the start and the import).
+        total_timeout_s: limit of the whole evaluation.
+        dtypes: only these dtypes (default: the spec's, narrowed per case).
+    Returns:
+        Report; ``accepted`` only if every call passed and nothing was found.
+    Raises:
+        EvaluationError: unknown op or case, no such file, no dtype left. An import error or a
+            missing function is ``Report.error`` (the candidate could not be run).
+    """
+    return evaluate_many([path], op, cases=cases, quick=quick, seeds=seeds, timeout_s=timeout_s,
+                         total_timeout_s=total_timeout_s, dtypes=dtypes)[0]
+
+
+def _spec(op: str) -> OpSpec:
+    try:
+        return registry.get(op)
+    except KeyError as e:
+        raise EvaluationError(str(e.args[0])) from None

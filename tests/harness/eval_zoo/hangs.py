@@ -1,0 +1,7 @@
+"""Exploit: never returns."""
+import time
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    while True:
+        time.sleep(60)

@@ -1,0 +1,126 @@
+"""``roofkit eval``: every exploit of the eval zoo is rejected with its class named; honest
+candidates are accepted; the command line's exit statuses.
+
+The zoo is judged once (one worker process forks a process per candidate) on two small softmax
+cases in float32, so the whole file stays cheap on one CPU core.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from roofkit.cli import main
+from roofkit.harness import registry
+from roofkit.harness.evaluate import CLASSES, EvaluationError, evaluate, evaluate_many
+
+pytestmark = pytest.mark.harness
+
+ZOO = Path(__file__).parent / "eval_zoo"
+CASES = ["odd_3x7", "leading_dims_2x3x50"]
+CALL_TIMEOUT_S = 4.0
+
+# zoo file -> the class its rejection must name
+EXPLOITS = {
+    "zeros": "wrong_result",
+    "uniform": "wrong_result",
+    "returns_input": "wrong_result",
+    "cached_by_shape": "cached",
+    "stateful": "stateful",
+    "mutates_input": "input_mutation",
+    "drops_last_column": "wrong_result",
+    "low_precision": "wrong_result",
+    "exits_early": "exit",
+    "fake_verdict": "wrong_result",
+    "tensor_subclass": "tensor_subclass",
+    "returns_nan": "nan",
+    "wrong_dtype": "wrong_dtype",
+    "wrong_shape": "wrong_shape",
+    "returns_list": "wrong_type",
+    "raises": "exception",
+    "sys_exit": "exit",
+    "segfaults": "crash",
+    "hangs": "hang",  # last: a hang costs the call limit and a fresh worker
+}
+HONEST = ["honest_torch", "honest_triton"]
+BROKEN = {"no_function": "defines no function named 'softmax'", "import_error": "ModuleNotFoundError"}
+
+
+def test_eval_cases_exist():
+    names = {c.name for c in registry.get("softmax").cases}
+    assert set(CASES) <= names
+
+
+@pytest.fixture(scope="module")
+def zoo_reports():
+    names = HONEST + list(BROKEN) + list(EXPLOITS)
+    reports = evaluate_many([ZOO / f"{n}.py" for n in names], "softmax", cases=CASES, seeds=2,
+                            timeout_s=CALL_TIMEOUT_S, dtypes=[torch.float32])
+    return dict(zip(names, reports))
+
+
+@pytest.mark.parametrize("name", list(EXPLOITS))
+def test_eval_rejects_exploit(zoo_reports, name):
+    rep = zoo_reports[name]
+    assert rep.error is None, rep.error
+    assert not rep.accepted
+    assert EXPLOITS[name] in rep.classes, rep.summary()
+    assert rep.classes <= set(CLASSES)
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_eval_accepts_honest(zoo_reports, name):
+    rep = zoo_reports[name]
+    assert rep.accepted, rep.summary()
+    assert len(rep.rows) == 2 * len(CASES)
+    assert all(r.err_l2 <= r.budget_l2 for r in rep.rows)
+    assert len({r.seed for r in rep.rows}) == len(rep.rows)  # fresh inputs on every call
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_eval_broken_candidate_could_not_run(zoo_reports, name):
+    rep = zoo_reports[name]
+    assert not rep.accepted
+    assert BROKEN[name] in rep.error
+
+
+def test_eval_findings_name_figures(zoo_reports):
+    low = next(f for f in zoo_reports["low_precision"].findings if f.cls == "wrong_result")
+    assert "budget" in low.detail and low.case in ("odd_3x7[float32]", "leading_dims_2x3x50[float32]")
+    hang = zoo_reports["hangs"].findings[0]
+    assert f"{CALL_TIMEOUT_S:g} s" in hang.detail
+    # The forged verdict went to the candidate's log, never into the judge's channel.
+    assert "protocol" not in zoo_reports["fake_verdict"].classes
+
+
+def test_eval_errors_before_running(tmp_path):
+    with pytest.raises(EvaluationError, match="no op named"):
+        evaluate(ZOO / "zeros.py", "no_such_op")
+    with pytest.raises(EvaluationError, match="no candidate file"):
+        evaluate(tmp_path / "missing.py", "softmax")
+    with pytest.raises(EvaluationError, match="no case named"):
+        evaluate(ZOO / "zeros.py", "softmax", cases=["no_such_case"])
+
+
+def test_eval_cli_exit_statuses(tmp_path, capsys):
+    base = ["--op", "softmax", "--cases", "odd_3x7", "--dtype", "float32", "--timeout", str(CALL_TIMEOUT_S)]
+    out = tmp_path / "report.json"
+    assert main(["eval", str(ZOO / "honest_torch.py"), *base]) == 0
+    assert "ACCEPTED" in capsys.readouterr().out
+    assert main(["eval", str(ZOO / "zeros.py"), *base, "--json", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "REJECTED" in printed and "wrong_result" in printed
+    rep = json.loads(out.read_text())
+    assert rep["accepted"] is False and {f["cls"] for f in rep["findings"]} >= {"wrong_result"}
+    assert main(["eval", str(ZOO / "zeros.py"), "--op", "no_such_op"]) == 2
+    assert main(["eval", str(tmp_path / "missing.py"), "--op", "softmax"]) == 2
+    assert main(["eval", str(ZOO / "no_function.py"), *base]) == 2
+
+
+def test_eval_whole_evaluation_limit():
+    rep = evaluate(ZOO / "hangs.py", "softmax", cases=["odd_3x7"], dtypes=[torch.float32], timeout_s=60,
+                   total_timeout_s=3)
+    assert rep.classes == {"hang"}
+    assert "whole evaluation" in rep.findings[0].detail
+    assert rep.elapsed_s < 30
