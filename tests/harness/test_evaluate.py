@@ -41,6 +41,8 @@ EXPLOITS = {
     "raises": "exception",
     "sys_exit": "exit",
     "segfaults": "crash",
+    "returns_meta": "wrong_type",
+    "forges_channel_frame": "protocol",
     "hangs": "hang",  # last: a hang costs the call limit and a fresh worker
 }
 HONEST = ["honest_torch", "honest_triton"]

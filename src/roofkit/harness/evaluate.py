@@ -255,17 +255,27 @@ def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
-def _exit_finding(report: Report, where: str, exitcode: int, log_tail: str) -> None:
+def _exit_finding(report: Report, where: str, exitcode, log_tail: str) -> None:
     tail = f"; candidate output ends: {log_tail!r}" if log_tail else ""
+    if type(exitcode) is not int:  # (a forged message: the judge reads it, it never trusts it)
+        raise _Malformed(f"an exit status that is not an int: {exitcode!r:.60}")
     if exitcode >= 0:
         report.add("exit", where, f"the process exited with status {exitcode}{tail}")
     else:
-        report.add("crash", where, f"the process was killed by {signal.Signals(-exitcode).name}{tail}")
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        report.add("crash", where, f"the process was killed by {name}{tail}")
 
 
 def _log_tail(cand_dir: str, n: int = 300) -> str:
+    """The candidate log's last ``n`` characters, reading only its last bytes (it may be huge)."""
     try:
-        return Path(cand_dir, "candidate.log").read_text(errors="replace")[-n:].strip()
+        with open(Path(cand_dir, "candidate.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4 * n))
+            return f.read().decode(errors="replace")[-n:].strip()
     except OSError:
         return ""
 
@@ -284,6 +294,11 @@ def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pris
     typename = str(msg.get("type", ""))
     if not isinstance(out, torch.Tensor) or type(out) is not torch.Tensor:
         report.add("wrong_type", where, f"returned {typename or 'nothing'}, expected a torch.Tensor")
+        row.classes.append("wrong_type")
+        return
+    if out.device.type != "cpu" or out.layout != torch.strided:  # nothing to compare (e.g. a meta tensor)
+        report.add("wrong_type", where, f"returned a tensor on {out.device} with layout {out.layout}, expected a "
+                                        "dense tensor with values")
         row.classes.append("wrong_type")
         return
     if typename != "torch.Tensor":
@@ -369,7 +384,7 @@ class _Judge:
             pid = hello["pid"]
             imp = w.recv(start_deadline)
             if imp.get("kind") == "ended":
-                _exit_finding(report, where, int(imp.get("exitcode", 0)), _log_tail(cand_dir))
+                _exit_finding(report, where, imp.get("exitcode", 0), _log_tail(cand_dir))
                 clean = True
                 return report
             status = imp.get("status")
@@ -405,7 +420,7 @@ class _Judge:
                     msg = w.recv(call_deadline)
                     if msg.get("kind") == "ended":
                         row.status = "exit"
-                        _exit_finding(report, where, int(msg.get("exitcode", 0)), _log_tail(cand_dir))
+                        _exit_finding(report, where, msg.get("exitcode", 0), _log_tail(cand_dir))
                         row.classes.append(report.findings[-1].cls)
                         clean = True
                         return report
@@ -418,7 +433,10 @@ class _Judge:
                         row.classes.append("exit")
                         clean = w.recv(min(time.monotonic() + timeout_s, deadline_total)).get("kind") == "ended"
                         return report
-                    _judge_call(spec, case, dtype, row, msg, expected, refs, pristine, history[k], report)
+                    try:
+                        _judge_call(spec, case, dtype, row, msg, expected, refs, pristine, history[k], report)
+                    except Exception as e:  # noqa: BLE001 (whatever came back, the judge itself goes on)
+                        raise _Malformed(f"a result the judge could not check ({type(e).__name__}: {e})"[:300]) from e
                     row.passed = not row.classes
                     if row.passed:
                         passed_once.add(k)
@@ -431,7 +449,7 @@ class _Judge:
             if end.get("kind") != "ended":
                 raise _Malformed(f"a {end.get('kind')!r} message where the end was due")
             if end.get("exitcode") != 0:
-                _exit_finding(report, "after the last call", int(end.get("exitcode", 0)), _log_tail(cand_dir))
+                _exit_finding(report, "after the last call", end.get("exitcode", 0), _log_tail(cand_dir))
             clean = True
         except _Timeout:
             over = time.monotonic() >= deadline_total
