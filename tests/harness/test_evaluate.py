@@ -126,3 +126,24 @@ def test_eval_whole_evaluation_limit():
     assert rep.classes == {"hang"}
     assert "whole evaluation" in rep.findings[0].detail
     assert rep.elapsed_s < 30
+
+
+def test_a_process_the_candidate_detaches_does_not_outlive_it():
+    # A double-forked, setsid process (the way to outlive a process-group kill and take over a
+    # later evaluation's channel) is re-parented to the worker and killed with the candidate.
+    import os
+    import time
+
+    pidfile = Path("/tmp/roofkit-eval-zoo-orphan.pid")
+    pidfile.unlink(missing_ok=True)
+    rep = evaluate(ZOO / "leaves_a_process.py", "softmax", cases=CASES[:1], seeds=1, timeout_s=CALL_TIMEOUT_S,
+                   dtypes=[torch.float32])
+    assert rep.accepted, rep.summary()  # its answers are right: only the leftover process is at stake
+    for _ in range(50):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.1)
+    pid = int(pidfile.read_text())
+    pidfile.unlink()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

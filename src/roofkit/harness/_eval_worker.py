@@ -132,25 +132,74 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
             return 0
 
 
+def _become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``):
+    a process a candidate detaches (double fork, ``setsid``) is re-parented here, not to init, so
+    ``_kill_descendants`` finds it. False where the call is not available."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> list[int]:
+    pids = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every process left under this one (as subreaper: a candidate's detached ones too),
+    reaping them, until none is left."""
+    import signal
+
+    for _ in range(1000):
+        kids = _children()
+        if not kids:
+            return
+        for pid in kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in kids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
 def main() -> None:
     rfd, wfd = (int(x) for x in os.environ.pop("ROOFKIT_EVAL_FDS").split(","))
     import torch  # noqa: F401  (once, before forking: each candidate starts with it loaded)
 
     import roofkit.harness.verify  # noqa: F401
 
-    while True:
-        msg = _recv(rfd)
-        if msg is None or msg["kind"] != "candidate":
-            return
-        pid = os.fork()
-        if pid == 0:
-            code = 70
-            try:
-                code = _run_candidate(rfd, wfd, msg)
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        _send(wfd, {"kind": "ended", "pid": pid, "exitcode": os.waitstatus_to_exitcode(status)})
+    _become_subreaper()
+    try:
+        while True:
+            msg = _recv(rfd)
+            if msg is None or msg["kind"] != "candidate":
+                return
+            pid = os.fork()
+            if pid == 0:
+                code = 70
+                try:
+                    code = _run_candidate(rfd, wfd, msg)
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            _kill_descendants()  # whatever the candidate started dies with it
+            _send(wfd, {"kind": "ended", "pid": pid, "exitcode": os.waitstatus_to_exitcode(status)})
+    finally:
+        _kill_descendants()
 
 
 if __name__ == "__main__":
