@@ -42,11 +42,11 @@ def _ms(r):
     return r.get("median_ms") if r.get("status") == "ok" else None
 
 
-def tables() -> str:
+def tables(runs) -> str:
+    """The per-op table of ``runs`` (``_runs()``)."""
     sys.path.insert(0, str(ROOT / "src"))
     from roofkit.harness import registry
 
-    runs = _runs()
     rows, missing, sources, ratios = [], [], set(), []
     for spec in registry.all_specs():
         for case in spec.suites.get(SUITE, []):
@@ -89,10 +89,10 @@ def tables() -> str:
     return "\n".join(out)
 
 
-def e2e_table() -> str:
-    """The newest committed `roofkit e2e` run of each mode (records with tokens_per_s), as a table."""
+def e2e_table(runs) -> str:
+    """The newest `roofkit e2e` run of each mode among ``runs`` (``_runs()``), as a table."""
     newest = {}
-    for date, path, records, env in _runs():
+    for date, path, records, env in runs:
         if records and "op" not in records[0] and records[0].get("mode") in ("train", "prefill", "decode"):
             newest[records[0]["mode"]] = (date, path, records, env)
     out = []
@@ -127,7 +127,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     text = README.read_text()
     a, b = _block(text)
-    new = "\n" + e2e_table() + "\n" + tables() + "\n"
+    runs = _runs()  # (every record file read once)
+    new = "\n" + e2e_table(runs) + "\n" + tables(runs) + "\n"
     if args.check:
         if text[a:b] != new:
             print("README.md's results tables differ from the records: run python benchmarks/readme_tables.py")
