@@ -386,6 +386,9 @@ def test_custom_ops_with_their_own_autograd_keep_their_backward(device):
             assert torch.equal(grad, want)
             out = roofkit.masked_select(x, ms)
             assert out.grad_fn is not None
+    roofkit.compact.plans.clear()
     for _ in range(3):
-        values, count = roofkit.compact(x0, m)  # no gradient wanted: planned
-    assert isinstance([p for p in roofkit.compact.plans.values() if isinstance(p, Plan)][0], Plan)
+        values, count = roofkit.compact(x0, m)  # no gradient wanted: planned as before
+    (entry,) = roofkit.compact.plans.values()
+    # (a device may leave the op unplanned for its own reasons, never for the autograd one)
+    assert isinstance(entry, Plan) or not any(w in entry.why for w in ("differentiates itself", "seen once")), entry

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 
 import roofkit
+from roofkit.ops._runtime import needs_grad
+from roofkit.ops.glu import glu_linear
 
 __all__ = ["RMSNorm", "LayerNorm", "Linear", "CrossEntropyLoss", "LinearCrossEntropyLoss", "SwiGLU", "GeGLU",
            "RotaryEmbedding"]
@@ -90,7 +92,8 @@ class LinearCrossEntropyLoss(torch.nn.Module):
 class SwiGLU(torch.nn.Module):
     """The gated MLP of Llama, Mistral and Qwen: ``down_proj(silu(gate_proj(x)) * up_proj(x))``,
     parameters named as transformers' ``LlamaMLP`` (its state dict loads as it is); the product
-    through :func:`roofkit.swiglu`."""
+    through :func:`roofkit.swiglu`. With a gradient wanted, the product and ``down_proj`` go through
+    :func:`roofkit.ops.glu.glu_linear`: the product is made again in the backward, not saved."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False, device=None, dtype=None):
         super().__init__()
@@ -99,11 +102,20 @@ class SwiGLU(torch.nn.Module):
         self.up_proj = torch.nn.Linear(hidden_size, intermediate_size, **kw)
         self.down_proj = torch.nn.Linear(intermediate_size, hidden_size, **kw)
 
+    _activation = "silu"
+
     def _product(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return roofkit.swiglu(gate, up)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self._product(self.gate_proj(x), self.up_proj(x)))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        down = self.down_proj
+        if (needs_grad(gate, up, down.weight, down.bias) and down.weight.dtype == gate.dtype
+                and not down._forward_hooks and not down._forward_pre_hooks
+                and not torch.is_autocast_enabled(gate.device.type)):
+            # the product is not saved for the backward, which makes it again (glu_linear)
+            return glu_linear(gate, up, down.weight, down.bias, activation=self._activation)
+        return down(self._product(gate, up))
 
 
 class GeGLU(SwiGLU):
@@ -116,6 +128,7 @@ class GeGLU(SwiGLU):
         if approximate not in ("none", "tanh"):
             raise ValueError(f"roofkit.nn.GeGLU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
+        self._activation = "gelu_tanh" if approximate == "tanh" else "gelu"
 
     def _product(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return roofkit.geglu(gate, up, approximate=self.approximate)

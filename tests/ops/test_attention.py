@@ -662,3 +662,28 @@ def test_output_is_laid_out_as_torch_flash_returns_it(device):
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         fake = api._attention_fwd_fake(*(mode.from_tensor(t) for t in (q, k, v)), None, -1, -1, False, 0.25, False, True)
     assert fake[0].stride() == out.stride()
+
+
+@pytest.mark.parametrize("decode", [False, True], ids=["prefill", "split_kv"])
+def test_backward_keeps_the_output_rounding_residual_not_a_float32_copy(monkeypatch, device, decode):
+    # 16-bit inputs: the graph keeps the output and its rounding residual, both 16-bit (half the
+    # memory of a float32 copy); their sum is the float32 output to ~twice the dtype's precision.
+    if decode:  # several KV chunks per row: the combine kernel stores the output and residual
+        monkeypatch.setattr(L, "DECODE_MIN_SK", 0)
+        monkeypatch.setattr(L, "DECODE_MIN_BLOCKS", 1)
+        monkeypatch.setattr(L, "DECODE_PROGRAMS_PER_SM", 64)
+    q, k, v = _qkv(1, 4, 2, 1 if decode else 24, 40, 16, device, dtype=torch.float16, seed=4, grad=True)
+    out = scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    saved = [t for t in out.grad_fn.saved_tensors if t is not None]
+    assert not any(t.dtype == torch.float32 and t.shape == out.shape for t in saved)
+    (lo,) = [t for t in saved if t.shape == out.shape and t.data_ptr() not in (out.data_ptr(), q.data_ptr())]
+    assert lo.dtype == torch.float16
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double().repeat_interleave(2, 1),
+                                                           v.double().repeat_interleave(2, 1))
+    # lo is what rounding out dropped: at most half of out's spacing, and mostly not zero
+    spacing = (torch.nextafter(out.abs(), torch.full_like(out, math.inf)) - out.abs()).double()
+    assert (lo.double().abs() <= spacing / 2).all()
+    assert (lo != 0).float().mean() > 0.5
+    err_hi = (out.double() - ref).abs().mean().item()
+    err_sum = (out.double() + lo.double() - ref).abs().mean().item()
+    assert err_sum < 0.8 * err_hi, (err_hi, err_sum)  # (the kernel's own float32 error remains)

@@ -130,3 +130,66 @@ def test_tanh_gelu_keeps_its_accuracy_where_tanh_is_near_minus_one(device):
     (dgot,) = torch.autograd.grad(got.sum(), g)
     torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-12)
     torch.testing.assert_close(dgot.double(), dwant, rtol=2e-5, atol=2e-7)  # (d gate crosses 0 near -0.75)
+
+
+_ACTS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}
+
+
+@pytest.mark.parametrize("activation", list(_ACTS))
+@pytest.mark.parametrize("bias", [False, True])
+def test_glu_linear_matches_float64_and_saves_no_product(activation, bias, device):
+    glu_linear = glu.glu_linear
+    g = torch.Generator().manual_seed(len(activation) + bias)
+    gate = (torch.randn(3, 5, 40, generator=g) * 3).to(device).requires_grad_()
+    up = torch.randn(3, 5, 40, generator=g).to(device).requires_grad_()
+    w = (torch.randn(24, 40, generator=g) / 6).to(device).requires_grad_()
+    b = torch.randn(24, generator=g).to(device).requires_grad_() if bias else None
+    leaves = [t for t in (gate, up, w, b) if t is not None]
+    y = glu_linear(gate, up, w, b, activation=activation)
+    saved = {t.data_ptr() for t in y.grad_fn.saved_tensors}
+    assert saved == {gate.data_ptr(), up.data_ptr(), w.data_ptr()}  # the product is not kept
+    dy = torch.randn(y.shape, generator=g).to(device)
+    grads = torch.autograd.grad(y, leaves, dy)
+    ref = [t.detach().double().requires_grad_() for t in leaves]
+    bref = ref[3] if bias else None
+    want = F.linear(_ACTS[activation](ref[0]) * ref[1], ref[2], bref)
+    want_grads = torch.autograd.grad(want, ref, dy.double())
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
+    for got, exp in zip(grads, want_grads):
+        torch.testing.assert_close(got.double(), exp, rtol=1e-4, atol=1e-5)
+    # the weight's gradient comes from the same product the forward projected (made again)
+    kind = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu"}[activation]
+    kw = {} if kind == "swiglu" else {"approximate": "tanh" if activation == "gelu_tanh" else "none"}
+    h = getattr(roofkit, kind)(gate.detach(), up.detach(), **kw).reshape(-1, 40)
+    assert torch.equal(grads[2], dy.reshape(-1, 24).t() @ h)
+
+
+def test_glu_linear_frozen_weight_and_bad_input(device):
+    glu_linear = glu.glu_linear
+    gate, up = (t.requires_grad_() for t in _pair((4, 8), device))
+    w = torch.randn(3, 8, device=device)  # frozen: no weight gradient GEMM
+    (dg, du) = torch.autograd.grad(glu_linear(gate, up, w).sum(), (gate, up))
+    g2, u2 = (t.detach().clone().requires_grad_() for t in (gate, up))
+    torch.testing.assert_close((dg, du), torch.autograd.grad(F.linear(F.silu(g2) * u2, w).sum(), (g2, u2)))
+    with pytest.raises(ValueError, match=r"roofkit\.glu_linear: weight must be \(out_features, in_features\)"):
+        glu_linear(gate, up, torch.randn(3, 7, device=device))
+    with pytest.raises(TypeError, match=r"roofkit\.glu_linear: weight"):
+        glu_linear(gate, up, w.double())
+    with pytest.raises(ValueError, match=r"roofkit\.glu_linear: bias must be \(3,\)"):
+        glu_linear(gate, up, w, torch.zeros(4, device=device))
+    with pytest.raises(ValueError, match=r"roofkit\.glu_linear: activation must be one of"):
+        glu_linear(gate, up, w, activation="relu")
+    assert glu_linear(gate[:0], up[:0], w).shape == (0, 3)
+
+
+def test_glu_linear_compiles_fullgraph_with_backward(device):
+    gate, up = (t.requires_grad_() for t in _pair((5, 16), device))
+    w = torch.randn(6, 16, device=device).requires_grad_()
+    fn = torch.compile(lambda g, u, w: glu.glu_linear(g * 1.5, u, w), fullgraph=True, backend="aot_eager")
+    out = fn(gate, up, w)
+    grads = torch.autograd.grad(out.sum(), (gate, up, w))
+    ref = [t.detach().clone().requires_grad_() for t in (gate, up, w)]
+    out2 = F.linear(F.silu(ref[0] * 1.5) * ref[1], ref[2])
+    torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, torch.autograd.grad(out2.sum(), ref)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -106,8 +106,8 @@ def _glu_fwd_kernel(gate_ptr, up_ptr, y_ptr, n, ACT: tl.constexpr, BF16_RNE: tl.
 
 
 @triton.jit
-def _glu_bwd_kernel(dy_ptr, gate_ptr, up_ptr, dgate_ptr, dup_ptr, n, ACT: tl.constexpr, BF16_RNE: tl.constexpr,
-                    BLOCK: tl.constexpr):
+def _glu_bwd_kernel(dy_ptr, gate_ptr, up_ptr, dgate_ptr, dup_ptr, y_ptr, n, ACT: tl.constexpr, STORE_Y: tl.constexpr,
+                    BF16_RNE: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -116,6 +116,8 @@ def _glu_bwd_kernel(dy_ptr, gate_ptr, up_ptr, dgate_ptr, dup_ptr, n, ACT: tl.con
     a, d = _act_and_grad(g, ACT, True)
     tl.store(dgate_ptr + offs, _round_for_store(dy * u * d, dgate_ptr, BF16_RNE), mask=mask)
     tl.store(dup_ptr + offs, _round_for_store(dy * a, dup_ptr, BF16_RNE), mask=mask)
+    if STORE_Y:  # the forward's product again (the same arithmetic, the same rounding)
+        tl.store(y_ptr + offs, _round_for_store(a * u, y_ptr, BF16_RNE), mask=mask)
 
 
 # ----------------------------------------------------------------------------- host launchers
@@ -136,12 +138,18 @@ def _glu_fwd_fake(gate, up, act):
     return torch.empty_like(gate)
 
 
-def _glu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, act: int) -> tuple[torch.Tensor, torch.Tensor]:
-    dgate, dup = torch.empty_like(gate), torch.empty_like(up)
+def _glu_bwd_into(dy, gate, up, dgate, dup, y, act: int) -> None:
+    """Both gradients from the product's gradient ``dy``; the product itself into ``y`` unless None."""
     n = gate.numel()
     if n:
-        cached_launch(_LAUNCHES, _glu_bwd_kernel, cdiv(n, BLOCK), ACT=act, BF16_RNE=bf16_rne(gate.dtype),
-                      BLOCK=BLOCK, num_warps=NUM_WARPS)(dy, gate, up, dgate, dup, n)
+        cached_launch(_LAUNCHES, _glu_bwd_kernel, cdiv(n, BLOCK), ACT=act, STORE_Y=y is not None,
+                      BF16_RNE=bf16_rne(gate.dtype), BLOCK=BLOCK, num_warps=NUM_WARPS)(
+            dy, gate, up, dgate, dup, dgate if y is None else y, n)
+
+
+def _glu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, act: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dgate, dup = torch.empty_like(gate), torch.empty_like(up)
+    _glu_bwd_into(dy, gate, up, dgate, dup, None, act)
     return dgate, dup
 
 
@@ -163,6 +171,103 @@ def _backward(ctx, dy):
 
 _glu_bwd_op = Op("roofkit::glu_bwd", _glu_bwd, _glu_bwd_fake)
 _glu_fwd_op = Op("roofkit::glu_fwd", _glu_fwd, _glu_fwd_fake).autograd(_setup_context, _backward)
+
+
+# ------------------------------------------------- the gated product and the projection after it
+# F.linear(glu(gate, up), weight, bias) with the product left out of what is saved: the
+# backward makes it again in the pass that forms the gates' gradients (one more write) and hands
+# it to the weight-gradient GEMM. Saved: gate, up (saved by the product anyway) and the weight;
+# not saved: the (tokens x intermediate) product, the largest activation of a gated MLP.
+
+
+def _glu_linear_fwd(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    act: int) -> torch.Tensor:
+    return F.linear(_glu_fwd(gate, up, act), weight, bias)
+
+
+def _glu_linear_fwd_fake(gate, up, weight, bias, act):
+    return gate.new_empty((*gate.shape[:-1], weight.shape[0]))
+
+
+def _glu_linear_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, act: int,
+                    grad_weight: bool, grad_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    dy = dy.reshape(-1, weight.shape[0])
+    dh = dy @ weight  # (tokens, intermediate), contiguous
+    dgate, dup = torch.empty_like(gate), torch.empty_like(up)
+    y = torch.empty_like(gate) if grad_weight else None
+    _glu_bwd_into(dh, gate, up, dgate, dup, y, act)
+    del dh
+    dw = dy.t() @ y.reshape(-1, weight.shape[1]) if grad_weight else weight.new_empty((0,))
+    db = dy.sum(0) if grad_bias else weight.new_empty((0,))
+    return dgate, dup, dw, db
+
+
+def _glu_linear_bwd_fake(dy, gate, up, weight, act, grad_weight, grad_bias):
+    return (torch.empty_like(gate), torch.empty_like(up),
+            torch.empty_like(weight) if grad_weight else weight.new_empty((0,)),
+            weight.new_empty((weight.shape[0],) if grad_bias else (0,)))
+
+
+def _linear_setup_context(ctx, inputs, output):
+    gate, up, weight, bias, act = inputs
+    ctx.act, ctx.has_bias = act, bias is not None
+    ctx.save_for_backward(gate, up, weight)
+
+
+def _linear_backward(ctx, dy):
+    gate, up, weight = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    dgate, dup, dw, db = _glu_linear_bwd_op(dy.contiguous(), gate, up, weight, ctx.act, need[2],
+                                            ctx.has_bias and need[3])
+    return dgate, dup, dw if need[2] else None, db if ctx.has_bias and need[3] else None, None
+
+
+_glu_linear_bwd_op = Op("roofkit::glu_linear_bwd", _glu_linear_bwd, _glu_linear_bwd_fake)
+_glu_linear_fwd_op = Op("roofkit::glu_linear_fwd", _glu_linear_fwd, _glu_linear_fwd_fake).autograd(
+    _linear_setup_context, _linear_backward)
+
+_ACTIVATIONS = {"silu": SILU, "gelu": GELU, "gelu_tanh": GELU_TANH}
+
+
+def glu_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+               activation: str = "silu") -> torch.Tensor:
+    """A gated MLP's last two steps, ``F.linear(act(gate) * up, weight, bias)``, without saving
+    the product for the backward: the MLP's down projection after :func:`swiglu`
+    (``activation="silu"``) or :func:`geglu` (``"gelu"``, ``"gelu_tanh"``).
+
+    Args:
+        gate, up: as :func:`swiglu`; the last dimension is the projection's input features.
+        weight: (out_features, in_features), bias: (out_features,) or None, in gate's dtype and
+            on its device (``torch.nn.Linear``'s parameters).
+    Returns:
+        ``(*gate.shape[:-1], out_features)`` in gate's dtype: what ``F.linear`` of the rounded
+        product returns.
+    Numerics:
+        The product is rounded once to the input dtype, as :func:`swiglu` rounds it; the backward
+        makes the same product again (the same arithmetic: the same bits) for the weight's
+        gradient, and forms the gates' gradients in the same pass. The projection and its two
+        gradient GEMMs are torch's.
+    Memory:
+        Saves gate, up and the weight: the product (tokens x in_features) is not kept between the
+        forward and the backward. The backward writes it once more (one pass over tokens x
+        in_features elements).
+    """
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"roofkit.glu_linear: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+    gate, up = _prepare("glu_linear", gate, up)
+    check_tensor("glu_linear", "weight", weight)
+    check_same_device("glu_linear", "weight", weight, gate)
+    check_same_dtype("glu_linear", "weight", weight, gate, "gate")
+    if gate.dim() == 0 or weight.dim() != 2 or weight.shape[1] != gate.shape[-1]:
+        raise ValueError(f"roofkit.glu_linear: weight must be (out_features, in_features) with in_features the last "
+                         f"dimension of gate {tuple(gate.shape)}; got {tuple(weight.shape)}")
+    if bias is not None:
+        check_tensor("glu_linear", "bias", bias)
+        check_same_device("glu_linear", "bias", bias, gate)
+        check_same_dtype("glu_linear", "bias", bias, gate, "gate")
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"roofkit.glu_linear: bias must be ({weight.shape[0]},); got {tuple(bias.shape)}")
+    return _glu_linear_fwd_op.apply(gate, up, weight, bias, _ACTIVATIONS[activation])
 
 
 # ----------------------------------------------------------------------------- public functions

@@ -152,7 +152,7 @@ def _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.const
 
 @triton.jit
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, k_desc, v_desc, mask_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o_lo_ptr, k_desc, v_desc, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -161,13 +161,13 @@ def _attn_fwd_kernel(
     Hq, G, Sq, Sk, D, diag, diag_lo, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
     EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O32: tl.constexpr, DESC: tl.constexpr, FOLD: tl.constexpr,
+    BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O_LO: tl.constexpr, DESC: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Output rows [BLOCK_M, D] and their base-2 lse for one (batch, query head, query block);
     tiles Q [BLOCK_M, BLOCK_D] (registers), K and V [BLOCK_N, BLOCK_D] per step (DESC: through
     4-D tensor descriptors of K and V, block [1, 1, BLOCK_N, BLOCK_D]), the attn_mask
-    [BLOCK_M, BLOCK_N] per step (HAS_MASK; broadcast dimensions have stride 0). STORE_O32: also
+    [BLOCK_M, BLOCK_N] per step (HAS_MASK; broadcast dimensions have stride 0). STORE_O_LO: also
     the unrounded output (contiguous fp32) for the backward's delta."""
     tl.static_assert(not (FOLD and HAS_MASK and not MASK_BOOL), "an additive mask needs the scores scaled first")
     pid_bh = tl.program_id(0)
@@ -217,18 +217,19 @@ def _attn_fwd_kernel(
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse_hi, lse_lo = _lse_hi_lo(m_i, l_i, dead)
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-             _round_for_store(out, o_ptr, BF16_RNE), mask=io_mask)
+    o_hi = _round_for_store(out, o_ptr, BF16_RNE)
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od, o_hi, mask=io_mask)
     rows = pid_bh.to(tl.int64) * Sq + offs_m
     tl.store(lse_ptr + rows, lse_hi, mask=row_ok)
     tl.store(lse_lo_ptr + rows, lse_lo, mask=row_ok)
-    if STORE_O32:
-        tl.store(o32_ptr + rows[:, None] * D + offs_d[None, :], out, mask=io_mask)
+    if STORE_O_LO:  # the output's rounding residual, itself rounded to the output's dtype
+        tl.store(o_lo_ptr + rows[:, None] * D + offs_d[None, :],
+                 _round_for_store(out - o_hi.to(tl.float32), o_lo_ptr, BF16_RNE), mask=io_mask)
 
 
 @triton.jit
 def _attn_decode_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr, po_ptr, plse_ptr, plse_lo_ptr, mask_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o_lo_ptr, po_ptr, plse_ptr, plse_lo_ptr, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -237,13 +238,13 @@ def _attn_decode_kernel(
     Hkv, G, Sq, Sk, D, diag, diag_lo, qk_scale, CHUNK, SPLITS,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
     EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BF16_RNE: tl.constexpr, FINAL: tl.constexpr, STORE_O32: tl.constexpr,
+    BF16_RNE: tl.constexpr, FINAL: tl.constexpr, STORE_O_LO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """One KV chunk [CHUNK keys] of one (batch, kv head) against all G * Sq query rows of the
     group (row r: head h = hk * G + r // Sq, query r % Sq); tiles Q [BLOCK_M, BLOCK_D], K and V
     [BLOCK_N, BLOCK_D], the attn_mask [BLOCK_M, BLOCK_N] (HAS_MASK). FINAL (one chunk): writes
-    out and base-2 lse (and the fp32 output when STORE_O32); else fp32 partials (normalized
+    out and base-2 lse (and the fp32 output when STORE_O_LO); else fp32 partials (normalized
     output, base-2 lse) for the combining kernel; a chunk no row sees into writes lse -inf."""
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
@@ -301,12 +302,14 @@ def _attn_decode_kernel(
     lse_hi, lse_lo = _lse_hi_lo(m_i, l_i, dead)
     row = (b * Hkv * G + h) * Sq + qi  # (batch, query head, query) row index
     if FINAL:
+        o_hi = _round_for_store(out, o_ptr, BF16_RNE)
         tl.store(o_ptr + b * stride_ob + h[:, None] * stride_oh + qi[:, None] * stride_om + offs_d[None, :] * stride_od,
-                 _round_for_store(out, o_ptr, BF16_RNE), mask=io_mask)
+                 o_hi, mask=io_mask)
         tl.store(lse_ptr + row, lse_hi, mask=row_ok)
         tl.store(lse_lo_ptr + row, lse_lo, mask=row_ok)
-        if STORE_O32:
-            tl.store(o32_ptr + row[:, None] * D + offs_d[None, :], out, mask=io_mask)
+        if STORE_O_LO:
+            tl.store(o_lo_ptr + row[:, None] * D + offs_d[None, :],
+                     _round_for_store(out - o_hi.to(tl.float32), o_lo_ptr, BF16_RNE), mask=io_mask)
     else:
         part = row * SPLITS + split
         tl.store(po_ptr + part[:, None] * D + offs_d[None, :], out, mask=io_mask)
@@ -316,10 +319,10 @@ def _attn_decode_kernel(
 
 @triton.jit
 def _attn_decode_combine_kernel(
-    po_ptr, plse_ptr, plse_lo_ptr, o_ptr, lse_ptr, lse_lo_ptr, o32_ptr,
+    po_ptr, plse_ptr, plse_lo_ptr, o_ptr, lse_ptr, lse_lo_ptr, o_lo_ptr,
     stride_ob, stride_oh, stride_om, stride_od,
     Hq, Sq, D, SPLITS,
-    BF16_RNE: tl.constexpr, STORE_O32: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    BF16_RNE: tl.constexpr, STORE_O_LO: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Merge the SPLITS partial (output, lse hi + lo) of one query row: weights
     2^(hi_s - max + lo_s); a row no chunk saw keeps output 0 and lse -inf. Tile [BLOCK_S, BLOCK_D]."""
@@ -341,25 +344,27 @@ def _attn_decode_combine_kernel(
     b = row // (Hq * Sq)
     h = (row // Sq) % Hq
     qi = row % Sq
-    tl.store(o_ptr + b * stride_ob + h * stride_oh + qi * stride_om + offs_d * stride_od,
-             _round_for_store(out, o_ptr, BF16_RNE), mask=offs_d < D)
+    o_hi = _round_for_store(out, o_ptr, BF16_RNE)
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + qi * stride_om + offs_d * stride_od, o_hi, mask=offs_d < D)
     tl.store(lse_ptr + row, lse_hi)
     tl.store(lse_lo_ptr + row, lse_lo)
-    if STORE_O32:
-        tl.store(o32_ptr + row * D + offs_d, out, mask=offs_d < D)
+    if STORE_O_LO:
+        tl.store(o_lo_ptr + row * D + offs_d, _round_for_store(out - o_hi.to(tl.float32), o_lo_ptr, BF16_RNE),
+                 mask=offs_d < D)
 
 
 @triton.jit
 def _attn_bwd_preprocess_kernel(
-    o_ptr, do_ptr, dlse_ptr, delta_ptr,
+    o_ptr, o_lo_ptr, do_ptr, dlse_ptr, delta_ptr,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     Hq, Sq, D,
-    HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_LO: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """delta = rowsum(dO * O) - dlse2 * log2(e) (fp32) for BLOCK_M rows of one (batch, head);
-    tile [BLOCK_M, BLOCK_D]. (dlse2: the gradient reaching the base-2 lse, when lse is used
-    downstream: d lse2 / d s = P / ln 2.)"""
+    tile [BLOCK_M, BLOCK_D]. O is the stored output plus, with HAS_LO, its rounding residual
+    (rows of D contiguous elements). (dlse2: the gradient reaching the base-2 lse, when lse is
+    used downstream: d lse2 / d s = P / ln 2.)"""
     pid_bh = tl.program_id(0)
     b = (pid_bh // Hq).to(tl.int64)
     h = (pid_bh % Hq).to(tl.int64)
@@ -368,10 +373,12 @@ def _attn_bwd_preprocess_kernel(
     mask = (offs_m[:, None] < Sq) & (offs_d[None, :] < D)
     o = tl.load(o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
                 mask=mask, other=0.0).to(tl.float32)
+    rows = pid_bh.to(tl.int64) * Sq + offs_m
+    if HAS_LO:
+        o += tl.load(o_lo_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     do = tl.load(do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
                  mask=mask, other=0.0).to(tl.float32)
     delta = tl.sum(o * do, axis=1)
-    rows = pid_bh.to(tl.int64) * Sq + offs_m
     if HAS_DLSE:
         delta -= tl.load(dlse_ptr + rows, mask=offs_m < Sq, other=0.0) * 1.4426950408889634
     tl.store(delta_ptr + rows, delta, mask=offs_m < Sq)

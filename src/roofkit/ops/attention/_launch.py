@@ -194,11 +194,12 @@ def _output(q: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, window: tuple[int, int],
-             bottom_right: bool, scale: float, keep_fp32: bool):
+             bottom_right: bool, scale: float, keep_lo: bool):
     """(out [B, Hq, Sq, D] in q's dtype, base-2 lse [2, B, Hq, Sq] fp32 as hi (the rounded lse)
-    and lo (what hi's rounding dropped; ``_kernels._lse_hi_lo``), fp32 out or an empty tensor):
-    the fp32 copy of the output (``keep_fp32``) lets the backward form delta = rowsum(dO * O)
-    from the unrounded O. ``mask``: the attn_mask (boolean or additive, broadcastable to
+    and lo (what hi's rounding dropped; ``_kernels._lse_hi_lo``), out's rounding residual in q's
+    dtype or an empty tensor): with the residual (``keep_lo``) the backward forms delta =
+    rowsum(dO * O) from O to about twice its dtype's precision (delta from the rounded O alone
+    misses a 16-bit dtype's error budget). ``mask``: the attn_mask (boolean or additive, broadcastable to
     (B, Hq, Sq, Sk)) or None; ``window``, ``bottom_right``: the band (``_band``). Empty inputs
     launch nothing."""
     B, hq, sq, d = q.shape
@@ -206,13 +207,13 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     out = _output(q)
     lse = torch.empty((2, B, hq, sq), dtype=torch.float32, device=q.device)
     lse_hi, lse_lo = lse[0], lse[1]
-    o32 = torch.empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32, device=q.device)
+    o_lo = torch.empty((B, hq, sq, d) if keep_lo else (0,), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
-        return out, lse, o32
+        return out, lse, o_lo
     if sk == 0:  # no key at all: every row sees nothing
         lse_hi.fill_(-math.inf)
         lse_lo.zero_()
-        return out.zero_(), lse, o32.zero_()
+        return out.zero_(), lse, o_lo.zero_()
     g = hq // hkv
     d_pad = _head_dim_pad(d)
     qk_scale = scale * LOG2E
@@ -230,39 +231,39 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
         else:
             po, plse = lse_hi, lse  # unused
         launch(_LAUNCHES, _attn_decode_kernel, (B * hkv, splits),
-            q, k, v, out, lse_hi, lse_lo, o32, po, plse[0], plse[1], m, *strides, hkv, g, sq, sk, d,
+            q, k, v, out, lse_hi, lse_lo, o_lo, po, plse[0], plse[1], m, *strides, hkv, g, sq, sk, d,
             band.diag, band.diag_lo, qk_scale, chunk, splits,
-            BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O32=keep_fp32,
+            BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O_LO=keep_lo,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **edges, **flags,
         )
         if splits > 1:
             launch(_LAUNCHES, _attn_decode_combine_kernel, (B * hq * sq,),
-                po, plse[0], plse[1], out, lse_hi, lse_lo, o32, *out.stride(), hq, sq, d, splits,
-                BF16_RNE=bf16_rne(q.dtype), STORE_O32=keep_fp32, BLOCK_S=next_pow2(splits), BLOCK_D=d_pad,
+                po, plse[0], plse[1], out, lse_hi, lse_lo, o_lo, *out.stride(), hq, sq, d, splits,
+                BF16_RNE=bf16_rne(q.dtype), STORE_O_LO=keep_lo, BLOCK_S=next_pow2(splits), BLOCK_D=d_pad,
                 num_warps=4,
             )
-        return out, lse, o32
+        return out, lse, o_lo
     cfg = _fwd_config(d_pad, band.causal, q.dtype, sq)
     use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * out.stride(2)) >= 2**31
     grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
     launch(_LAUNCHES, _attn_fwd_kernel, grid,
-        q, k, v, out, lse_hi, lse_lo, o32, *(descs or (k, v)), m, *strides, hq, g, sq, sk, d,
+        q, k, v, out, lse_hi, lse_lo, o_lo, *(descs or (k, v)), m, *strides, hq, g, sq, sk, d,
         band.diag, band.diag_lo, qk_scale,
-        BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O32=keep_fp32, DESC=descs is not None,
+        BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O_LO=keep_lo, DESC=descs is not None,
         # An additive mask is added to the scaled scores: the scale cannot be folded.
         FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL and not (has_mask and not mask_bool),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **edges, **flags,
     )
-    return out, lse, o32
+    return out, lse, o_lo
 
 
-def _backward(do, q, k, v, out, lse, dlse, mask, window: tuple[int, int], bottom_right: bool, scale: float,
-              deterministic: bool):
-    """(dq, dk, dv) in the input dtype, shaped like q, k, v. ``out``: the forward output (fp32
-    when kept), ``lse``: base-2 hi and lo as ``_forward`` returns it, ``dlse``: its gradient or
+def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int], bottom_right: bool,
+              scale: float, deterministic: bool):
+    """(dq, dk, dv) in the input dtype, shaped like q, k, v. ``out``: the forward output,
+    ``out_lo``: its rounding residual when kept (else None), ``lse``: base-2 hi and lo as ``_forward`` returns it, ``dlse``: its gradient or
     None (hi's is the lse's: the public functions read hi alone); ``mask``, ``window``,
     ``bottom_right``: as the forward's."""
     B, hq, sq, d = q.shape
@@ -284,8 +285,8 @@ def _backward(do, q, k, v, out, lse, dlse, mask, window: tuple[int, int], bottom
     pre_m = 64 if not INTERPRETED else 16
     has_dlse = dlse is not None
     launch(_LAUNCHES, _attn_bwd_preprocess_kernel, (B * hq, cdiv(sq, pre_m)),
-        out, do, dlse[0].contiguous() if has_dlse else lse[0], delta, *out.stride(), *do.stride(), hq, sq, d,
-        HAS_DLSE=has_dlse, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
+        out, out if out_lo is None else out_lo, do, dlse[0].contiguous() if has_dlse else lse[0], delta,
+        *out.stride(), *do.stride(), hq, sq, d, HAS_LO=out_lo is not None, HAS_DLSE=has_dlse, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
     )
     kv_cfg, q_cfg = _bwd_config(d_pad, q.dtype)
     dk = torch.empty((B, hkv, sk, d), dtype=q.dtype, device=q.device)

@@ -21,43 +21,46 @@ MAX_HEAD_DIM = 256
 
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, left: int,
                    right: int, bottom_right: bool, scale: float, deterministic: bool,
-                   keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, base-2 lse as [2, B, Hq, Sq] hi and lo, fp32 out or empty). ``mask``: attn_mask or
+                   keep_lo: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, base-2 lse as [2, B, Hq, Sq] hi and lo, out's rounding residual or empty). ``mask``: attn_mask or
     None; (left, right): the window (-1 unbounded; causal is (-1, 0)), aligned bottom-right or
     top-left; ``deterministic`` only selects the backward."""
-    return _forward(q, k, v, mask, (left, right), bottom_right, scale, keep_fp32)
+    return _forward(q, k, v, mask, (left, right), bottom_right, scale, keep_lo)
 
 
-def _attention_fwd_fake(q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_fp32):
+def _attention_fwd_fake(q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_lo):
     B, hq, sq, d = q.shape
     return (_output(q), q.new_empty((2, B, hq, sq), dtype=torch.float32),
-            q.new_empty((B, hq, sq, d) if keep_fp32 else (0,), dtype=torch.float32))
+            q.new_empty((B, hq, sq, d) if keep_lo else (0,)))
 
 
 def _attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: torch.Tensor, dlse: torch.Tensor | None, mask: torch.Tensor | None, left: int, right: int,
+                   out_lo: torch.Tensor | None, lse: torch.Tensor, dlse: torch.Tensor | None,
+                   mask: torch.Tensor | None, left: int, right: int,
                    bottom_right: bool, scale: float,
                    deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(do, q, k, v, out, lse, dlse, mask, (left, right), bottom_right, scale, deterministic)
+    return _backward(do, q, k, v, out, out_lo, lse, dlse, mask, (left, right), bottom_right, scale, deterministic)
 
 
-def _attention_bwd_fake(do, q, k, v, out, lse, dlse, mask, left, right, bottom_right, scale, deterministic):
+def _attention_bwd_fake(do, q, k, v, out, out_lo, lse, dlse, mask, left, right, bottom_right, scale, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_fp32 = inputs
-    out, lse, o32 = output
+    q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_lo = inputs
+    out, lse, o_lo = output
     ctx.band = (left, right, bottom_right)
     ctx.scale, ctx.deterministic = scale, deterministic
-    ctx.save_for_backward(q, k, v, o32 if keep_fp32 else out, lse, mask)
+    # (the output's rounding residual when kept: delta = rowsum(dO * O) from O to ~2x its
+    # dtype's precision, as from a float32 copy, in half the memory)
+    ctx.save_for_backward(q, k, v, out, o_lo if keep_lo else None, lse, mask)
 
 
-def _attention_backward(ctx, dout, dlse, do32):
-    q, k, v, out, lse, mask = ctx.saved_tensors
+def _attention_backward(ctx, dout, dlse, do_lo):
+    q, k, v, out, out_lo, lse, mask = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros(out.shape, dtype=q.dtype, device=q.device)
-    dq, dk, dv = _attention_bwd_op(dout, q, k, v, out, lse, dlse, mask, *ctx.band, ctx.scale, ctx.deterministic)
+    dq, dk, dv = _attention_bwd_op(dout, q, k, v, out, out_lo, lse, dlse, mask, *ctx.band, ctx.scale, ctx.deterministic)
     # attn_mask gets no gradient (the public function refuses a mask that requires one).
     return dq, dk, dv, None, None, None, None, None, None, None
 
@@ -107,8 +110,8 @@ def _check(op: str, q, k, v, *, gqa: bool, names=("query", "key", "value")) -> N
 _LN2 = math.log(2.0)
 
 
-def _keep_fp32(q, k, v) -> bool:
-    """Keep an fp32 copy of a 16-bit output for the backward (only when a gradient can flow)."""
+def _keep_lo(q, k, v) -> bool:
+    """Keep a 16-bit output's rounding residual for the backward (only when a gradient can flow)."""
     return q.dtype != torch.float32 and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
                                                                      v.requires_grad)
 
@@ -231,7 +234,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         _check_mask(op, attn_mask, query, key, causal)
     s = _scale_of(op, scale, query.shape[-1])
     out, _, _ = _attention_fwd_op.apply(query, key, value, attn_mask, -1, 0 if causal else -1, False, s,
-                                        torch.are_deterministic_algorithms_enabled(), _keep_fp32(query, key, value))
+                                        torch.are_deterministic_algorithms_enabled(), _keep_lo(query, key, value))
     return out
 
 
@@ -270,5 +273,5 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     left, right = _window_of(op, window_size, causal)
     out, lse2, _ = _attention_fwd_op.apply(q, k, v, None, left, right, True, s,
                                            _flag(op, "deterministic", deterministic)
-                                           or torch.are_deterministic_algorithms_enabled(), _keep_fp32(q, k, v))
+                                           or torch.are_deterministic_algorithms_enabled(), _keep_lo(q, k, v))
     return (out, lse2[0] * _LN2) if _flag(op, "return_lse", return_lse) else out
