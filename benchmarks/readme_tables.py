@@ -101,15 +101,17 @@ def e2e_table(runs) -> str:
         unit = "ms / token" if mode == "decode" else "ms / step"
         out += [f"End to end (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch "
                 f"{r0['batch']} --seq {r0['seq']}`, {env.get('gpu', '?')}, {date[:10]}; {path}):", "",
-                f"| provider | {unit} | tokens/s | vs eager | peak GiB | step-0 loss |", "| --- | --- | --- | --- | --- | --- |"]
+                f"| provider | {unit} | tokens/s | vs eager | peak GiB | step-0 loss | AdamW |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in records:
             if r.get("status") != "ok":
-                out.append(f"| {r['provider']} | {r.get('status')}: {str(r.get('error', ''))[:60]} | | | | |")
+                out.append(f"| {r['provider']} | {r.get('status')}: {str(r.get('error', ''))[:60]} | | | | | |")
                 continue
             peak = f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else ""
             loss = "" if r.get("loss0") is None else f"{r['loss0']:.4f}"
+            adamw = {"roofkit.optim.AdamW": "roofkit", "torch.optim.AdamW": "torch (fused)"}.get(r.get("optimizer"), "")
             out.append(f"| {r['provider']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {r.get('vs_eager', 1.0):.2f}x | "
-                       f"{peak} | {loss} |")
+                       f"{peak} | {loss} | {adamw} |")
         out.append("")
     return "\n".join(out)
 

@@ -132,6 +132,7 @@ def test_e2e_worker_tiny_train_and_decode_records():
     for rec in (eager, ours):
         assert rec["steps"] == 1 and rec["step_ms"] > 0 and rec["tokens_per_s"] > 0 and rec["first_step_s"] > 0
     assert ours["parameters"] == eager["parameters"] and abs(ours["loss0"] - eager["loss0"]) <= 1e-4 * eager["loss0"]
+    assert (eager["optimizer"], ours["optimizer"]) == ("torch.optim.AdamW", "roofkit.optim.AdamW")
     dec = e2e._worker({**base, "mode": "decode", "provider": "eager"})
     ours = e2e._worker({**base, "mode": "decode", "provider": "roofkit"})
     assert dec["loss0"] is None and dec["step_ms"] > 0 and len(dec["tokens"]) == base["decode_tokens"] + 1

@@ -8,7 +8,8 @@ scaled_dot_product_attention and flash_attention (exact attention); swiglu and g
 products of LLM MLPs), add_rms_norm (the residual add fused into the norm), rope (rotary
 position embedding of q and k in one launch), linear_cross_entropy (the vocabulary projection and
 its loss without the full logits).
-Modules for models: :mod:`roofkit.nn`; a transformers model patched in one line:
+Modules for models: :mod:`roofkit.nn`; AdamW with its update in one kernel pass per parameter:
+:class:`roofkit.optim.AdamW`; a transformers model patched in one line:
 ``roofkit.patch(model)`` (:mod:`roofkit.integration`).
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
 
@@ -25,10 +26,10 @@ __all__ = [*_OPS, "patch", "__version__"]
 
 
 def __getattr__(name):
-    if name == "nn":  # the modules (roofkit.nn), imported on first use as the ops are
+    if name in ("nn", "optim"):  # roofkit.nn, roofkit.optim: imported on first use, as the ops are
         import importlib
 
-        return importlib.import_module(".nn", __name__)
+        return importlib.import_module(f".{name}", __name__)
     if name == "patch":  # roofkit.integration.patch (transformers models)
         from .integration import patch
 

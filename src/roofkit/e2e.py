@@ -11,12 +11,14 @@ download; ``--layers`` of its decoder layers) and run by each provider in a proc
   ``roofkit-sdpa``: patched with ``attention=False`` (attention stays torch's SDPA: which of the
   two attentions pays off inside the model).
 
-Modes: ``train`` (forward, backward and a fused AdamW step on batch x seq random tokens, labels =
-inputs), ``prefill`` (one forward without gradients, the last position's logits), ``decode``
-(batch 1: a prefix of ``--seq`` tokens, then one token at a time through the KV cache). Each
-provider reports its median step time, tokens/s, peak memory (``torch.cuda.max_memory_allocated``
-over the timed steps, the weights included), the first step's time (compilation, tuning and the
-first call's recording land there) and the first step's loss (train) beside eager's. Records go to
+Modes: ``train`` (forward, backward and an AdamW step on batch x seq random tokens, labels =
+inputs; torch's fused AdamW, or for the roofkit providers :class:`roofkit.optim.AdamW`, whose update
+runs in roofkit's kernel: ``--optimizer torch`` gives them torch's too), ``prefill`` (one
+forward without gradients, the last position's logits), ``decode`` (batch 1: a prefix of
+``--seq`` tokens, then one token at a time through the KV cache). Each provider reports its
+median step time, tokens/s, peak memory (``torch.cuda.max_memory_allocated`` over the timed
+steps, the weights included), the first step's time (compilation, tuning and the first call's
+recording land there) and the first step's loss (train) beside eager's. Records go to
 ``results.json`` / ``results.csv`` with the environment, and a bar chart to ``e2e.png``.
 
 Without a GPU the same runs take a tiny configuration through the Triton interpreter: a check
@@ -145,11 +147,17 @@ def _worker(spec: dict) -> dict:
     g = torch.Generator(device=device).manual_seed(1)
     b, s = spec["batch"], spec["seq"]
     ids = torch.randint(0, vocab, (b, s), device=device, generator=g)
-    times, loss0, check = [], None, None
+    times, loss0, check, optimizer = [], None, None, None
 
     if spec["mode"] == "train":
         model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+        if spec["provider"].startswith("roofkit") and spec.get("optimizer", "roofkit") == "roofkit":
+            import roofkit.optim
+
+            opt = roofkit.optim.AdamW(model.parameters(), lr=1e-5)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+        optimizer = f"{type(opt).__module__.split('.')[0]}.optim.AdamW"
 
         def step():
             out = model(input_ids=ids, labels=ids)
@@ -221,7 +229,8 @@ def _worker(spec: dict) -> dict:
             "tokens_per_s": tokens / (ms / 1e3), "peak_bytes": torch.cuda.max_memory_allocated(device)
             if device.type == "cuda" else None, "first_step_s": first_s, "loss0": loss0, "steps": len(times),
             "parameters": sum(p.numel() for p in model.parameters()),
-            "tokens": check if spec["mode"] != "train" else None, "world_size": world, "rank": rank}
+            "tokens": check if spec["mode"] != "train" else None, "world_size": world, "rank": rank,
+            "optimizer": optimizer}
 
 
 def _quantile(xs, q):
@@ -297,6 +306,9 @@ def main(argv=None) -> int:
     p.add_argument("--nproc", type=positive, default=1,
                    help="train under FSDP2 on this many processes (torchrun; one GPU each, or gloo on CPUs); "
                         "records tokens/s and peak memory per GPU (default: 1, no sharding)")
+    p.add_argument("--optimizer", default="roofkit", choices=("roofkit", "torch"),
+                   help="train: the roofkit providers' AdamW, roofkit.optim.AdamW (default) or torch's fused one "
+                        "(the other providers always run torch's fused AdamW)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per provider (default: 900)")
     p.add_argument("--out", default="roofkit-out/e2e", help="folder for results.json, results.csv, e2e.png")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -326,7 +338,7 @@ def main(argv=None) -> int:
     if args.nproc > 1 and torch.cuda.is_available() and torch.cuda.device_count() < args.nproc:
         p.error(f"--nproc {args.nproc}: this machine has {torch.cuda.device_count()} GPU(s)")
     spec = dict(model=args.model, layers=args.layers, mode=args.mode, seq=args.seq, steps=args.steps, nproc=args.nproc,
-                warmup=args.warmup, decode_tokens=args.decode_tokens, tiny=tiny,
+                warmup=args.warmup, decode_tokens=args.decode_tokens, tiny=tiny, optimizer=args.optimizer,
                 batch=1 if args.mode == "decode" else (args.batch or 4))  # decode: batch 1 (what it runs)
     if tiny:
         spec.update(layers=min(args.layers, 2), seq=min(args.seq, 32), batch=min(spec["batch"], 2),
@@ -370,7 +382,8 @@ def main(argv=None) -> int:
                   f"{r['tokens_per_s']:,.0f}", f"{r.get('vs_eager', math.nan):.2f}x",
                   f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else "",
                   f"{r['first_step_s']:.1f}", f"{r['loss0']:.4f}" if r.get("loss0") is not None else
-                  f"{100 * r['tokens_vs_eager']:.0f} %" if r.get("tokens_vs_eager") is not None else "", "")
+                  f"{100 * r['tokens_vs_eager']:.0f} %" if r.get("tokens_vs_eager") is not None else "",
+                  "roofkit AdamW" if r.get("optimizer") == "roofkit.optim.AdamW" else "")
     console.print(t)
     console.print(f"wrote {args.out}/results.json, results.csv, e2e.png")
     return 0 if all(r["status"] != "error" for r in records) else 1
@@ -394,7 +407,7 @@ def _write(out: str, env: dict, spec: dict, records: list) -> None:
         json.dump({"environment": env, "spec": spec, "records": records}, f, indent=1)
     keys = ["model", "layers", "mode", "batch", "seq", "world_size", "provider", "status", "step_ms", "p20_ms", "p80_ms",
             "tokens_per_s", "vs_eager", "peak_bytes", "memory_vs_eager", "first_step_s", "loss0", "loss0_diff",
-            "tokens_vs_eager", "error"]
+            "tokens_vs_eager", "optimizer", "error"]
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
         w.writeheader()

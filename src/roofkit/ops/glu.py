@@ -190,7 +190,8 @@ def _glu_linear_fwd_fake(gate, up, weight, bias, act):
 
 
 def _glu_linear_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, act: int,
-                    grad_weight: bool, grad_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    grad_weight: bool, grad_bias: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     dy = dy.reshape(-1, weight.shape[0])
     dh = dy @ weight  # (tokens, intermediate), contiguous
     dgate, dup = torch.empty_like(gate), torch.empty_like(up)
