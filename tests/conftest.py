@@ -23,6 +23,18 @@ def _fresh_plans():
     yield
 
 
+@pytest.fixture
+def tunables():
+    """``tunables(op, NAME=value, ...)``: set op tunables for the rest of the test through
+    ``roofkit.config.override`` (checked names and types; put back after the test)."""
+    import contextlib
+
+    import roofkit.config
+
+    with contextlib.ExitStack() as stack:
+        yield lambda op, **values: stack.enter_context(roofkit.config.override(op, **values))
+
+
 class _PlanClearingMonkeyPatch(pytest.MonkeyPatch):
     """pytest's monkeypatch, dropping roofkit's plans on every change: a plan freezes the
     module globals, functions and environment variables its recorded call read."""

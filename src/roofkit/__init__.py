@@ -9,7 +9,8 @@ products of LLM MLPs), add_rms_norm (the residual add fused into the norm), rope
 position embedding of q and k in one launch), linear_cross_entropy (the vocabulary projection and
 its loss without the full logits).
 Modules for models: :mod:`roofkit.nn`; AdamW with its update in one kernel pass per parameter:
-:class:`roofkit.optim.AdamW`; a transformers model patched in one line:
+:class:`roofkit.optim.AdamW`; the ops' tunables read and overridden: :mod:`roofkit.config`; a
+transformers model patched in one line:
 ``roofkit.patch(model)`` (:mod:`roofkit.integration`).
 The proof harness lives in :mod:`roofkit.harness`; the command line in :mod:`roofkit.cli`.
 
@@ -26,7 +27,7 @@ __all__ = [*_OPS, "patch", "__version__"]
 
 
 def __getattr__(name):
-    if name in ("nn", "optim"):  # roofkit.nn, roofkit.optim: imported on first use, as the ops are
+    if name in ("nn", "optim", "config"):  # roofkit.nn, .optim, .config: imported on first use, as the ops are
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

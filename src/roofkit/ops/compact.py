@@ -906,3 +906,8 @@ SPEC = OpSpec(
 )
 
 SPECS = (SPEC,)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("VARIANT", "SYNC", "SHRINK_BELOW", "CHUNK", "CHUNKS", "NUM_WARPS", "WINDOW", "LR_CHUNK", "LR_WARPS",
+            "TP_BLOCK", "TP_CHUNK", "TP_WARPS", "TP_COUNT_WARPS", "TP_SCAN_BLOCK", "TP_PDL")

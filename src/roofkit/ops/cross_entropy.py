@@ -1231,3 +1231,10 @@ SPEC = OpSpec(
 )
 
 SPECS = (SPEC,)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("SYNC_TARGET_CHECK", "ONE_PASS_MAX_N", "SPLIT_SEG", "SPLIT_SEG_WEIGHTED", "MAX_SPLITS",
+            "FWD_SPLIT_MAX_ROWS_PER_SM", "GRAD_SPLIT_MAX_ROWS_PER_SM", "SMEM_PATH", "SMEM_MAX_TAIL_FRAC",
+            "SMEM_RESERVE", "ONLINE_BLOCK_N", "ONLINE_BLOCK_N_LONG", "PROLOGUE_BLOCK", "SCALE_BLOCK_N",
+            "SCALE_PROGRAMS_PER_SM")

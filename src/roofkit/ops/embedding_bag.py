@@ -1316,3 +1316,9 @@ SPEC = OpSpec(
 )
 
 SPECS = (SPEC,)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("FWD_KERNEL", "FWD_STEP_BYTES", "FWD_ELEMS_PER_THREAD", "FWD_WAVES", "FWD_MAX_BLOCK_L", "FWD_TILE",
+            "BWD_STEP_BYTES", "BWD_ELEMS_PER_THREAD", "BWD_MAX_BLOCK_D", "BWD_MAX_BLOCK_K", "BWD_MAX_CHUNKS",
+            "BWD_WAVES", "FIXUP_BLOCK_P", "ZERO_TILE", "CHECK_BLOCK", "EARLY_CHECK", "MAX_PROGRAMS_PER_SM")

@@ -463,3 +463,7 @@ GEGLU_SPEC = OpSpec(
 )
 
 SPECS = (SWIGLU_SPEC, GEGLU_SPEC)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("BLOCK", "NUM_WARPS")

@@ -732,3 +732,7 @@ SPEC = OpSpec(
 )
 
 SPECS = (SPEC,)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("ONE_PASS_MAX_N", "BWD_ONE_PASS_MAX_N", "LOOP_BLOCK_N", "PROGRAMS_PER_SM")

@@ -494,3 +494,7 @@ SPEC = OpSpec(
 )
 
 SPECS = (SPEC,)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("CHUNK_BYTES", "CHUNKS", "MIN_CHUNK_ROWS")

@@ -779,3 +779,7 @@ MEAN_SPEC = _spec("mean", mean, mean_reference, _torch_mean, MEAN_CASES, MEAN_SU
 AMAX_SPEC = _spec("amax", amax, amax_reference, _torch_amax, AMAX_CASES, AMAX_SUITES)
 
 SPECS = (SUM_SPEC, MEAN_SPEC, AMAX_SPEC)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("TILE_BYTES", "BYTES_PER_THREAD", "COL_SEGMENT_BYTES", "MIN_PROGRAMS_PER_SM", "MAX_CHUNKS_PER_PROGRAM")

@@ -953,3 +953,7 @@ ADD_SPEC = OpSpec(
 )
 
 SPECS = (SPEC, ADD_SPEC)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("ONE_PASS_MAX_N", "LOOP_BLOCK_N", "PROGRAMS_PER_SM")

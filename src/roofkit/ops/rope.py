@@ -400,3 +400,6 @@ SPEC = OpSpec(
 
 SPECS = (SPEC,)
 
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("S_BLOCK", "HEADS_PER_PROGRAM", "NUM_WARPS")

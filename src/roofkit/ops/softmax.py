@@ -740,3 +740,7 @@ LOG_SOFTMAX_SPEC = OpSpec(
 )
 
 SPECS = (SOFTMAX_SPEC, LOG_SOFTMAX_SPEC)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("ONE_PASS_MAX_N", "SPLIT_SEG", "MAX_SPLITS", "SPLIT_NUM_WARPS", "ONLINE_BLOCK_N", "ONLINE_BLOCK_N_LONG")

@@ -482,3 +482,7 @@ SPEC = OpSpec(
 )
 
 SPECS = (SPEC,)
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("ROW_TILE_BYTES", "COPY_BLOCK_BYTES")

@@ -315,3 +315,8 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
         )
         return dq, dk, dv
     return dq_acc.to(q.dtype), dk, dv
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("ATOMIC_DQ", "FWD_DESC", "DECODE_MAX_ROWS", "DECODE_MIN_SK", "DECODE_PROGRAMS_PER_SM",
+            "DECODE_MIN_BLOCKS")

@@ -654,3 +654,7 @@ DEQUANTIZE_SPEC = OpSpec(
     baselines={"torch": lambda: dequantize_torch, "torch.compile": baselines.compiled(dequantize_torch)},
     marker="quant",
 )
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("MINMAX_PROGRAMS_PER_SM", "ELEMWISE_TILE")

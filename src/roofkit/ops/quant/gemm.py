@@ -807,3 +807,7 @@ SCALED_MM_SPEC = OpSpec(
     matrix=True,
     marker="quant",
 )
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("WS_MODE", "WS_MIN", "TMA_MODE")

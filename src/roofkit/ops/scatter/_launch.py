@@ -367,3 +367,8 @@ def _scatter_gather_backward(grad, dim, index, src_shape, alpha, index_add) -> t
     if tmp is not None:
         view.copy_(tmp.view(view.shape))
     return grad_src
+
+
+# The tunables of this family's heuristics: what roofkit.config.override may set.
+TUNABLES = ("ATOMIC_TILE", "ATOMIC_MAX_BLOCK_I", "ATOMIC_WARPS", "PRECHECK_MIN_WIDTH", "RANGE_BLOCK", "SORTED_TILE",
+            "SORTED_MAX_BLOCK_I", "UNROLL", "SPLIT_MIN", "PIECE_TILE")
