@@ -127,3 +127,53 @@ def test_rotary_embedding_is_transformers_default_and_rotates_through_rope(devic
 
 def test_roofkit_nn_is_reachable_from_the_package():
     assert roofkit.nn is rnn
+
+
+class _Adapter(torch.nn.Linear):
+    """A LoRA-like down projection: a Linear subclass with a forward of its own."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.b = torch.nn.Parameter(torch.full((self.out_features,), 0.5))
+
+    def forward(self, x):
+        return super().forward(x) + self.b
+
+
+def test_gated_mlp_keeps_what_its_down_projection_does(device):
+    # The fused down projection (product not saved) stands in only for a plain, unhooked
+    # nn.Linear: an adapter's forward, the projection's backward hooks and global module hooks
+    # run as the module would run them, with and without a gradient.
+    torch.manual_seed(0)
+    mlp = rnn.SwiGLU(16, 24).to(device)
+    x = torch.randn(3, 16, device=device)
+    plain = [t.detach().clone() for t in (mlp(x),)][0]
+    fired = []
+    h1 = mlp.down_proj.register_full_backward_hook(lambda *a: fired.append("bwd"))
+    h2 = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: fired.append(type(m).__name__))
+    try:
+        mlp(x.requires_grad_()).sum().backward()
+    finally:
+        h1.remove()
+        h2.remove()
+    assert fired.count("Linear") == 3 and "bwd" in fired
+    adapted = rnn.SwiGLU(16, 24).to(device)
+    adapted.load_state_dict(mlp.state_dict())
+    adapted.down_proj = _Adapter(24, 16, bias=False).to(device)
+    adapted.down_proj.load_state_dict(mlp.down_proj.state_dict(), strict=False)
+    y = adapted(x)
+    with torch.no_grad():
+        torch.testing.assert_close(y, adapted(x))
+    torch.testing.assert_close(y, plain + 0.5)
+    y.sum().backward()
+    assert adapted.down_proj.b.grad is not None
+
+
+def test_gated_mlp_trains_under_autocast(device):
+    mlp = rnn.SwiGLU(16, 24).to(device)
+    x = torch.randn(3, 16, device=device, requires_grad=True)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        y = mlp(x)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()  # (the backward outside autocast, as training loops run it)
+    assert mlp.down_proj.weight.grad is not None and mlp.down_proj.weight.grad.dtype == torch.float32

@@ -126,3 +126,19 @@ def test_closure_loss_is_returned(device):
     before = w.detach().clone()
     loss = opt.step(closure)
     assert torch.equal(loss, (before ** 2).sum()) and not torch.equal(w, before)
+
+
+def test_step_hooks_run_once_when_torch_step_takes_part(device):
+    # a complex parameter falls back to torch's step, which torch has wrapped with the step hooks
+    # once any of its optimizers exists: the hooks still run once per step
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1, device=device))])
+    p = torch.nn.Parameter(torch.randn(4, device=device))
+    c = torch.nn.Parameter(torch.randn(4, dtype=torch.complex64, device=device))
+    opt = roofkit.optim.AdamW([p, c], lr=0.1)
+    calls = []
+    opt.register_step_pre_hook(lambda *a: calls.append("pre"))
+    opt.register_step_post_hook(lambda *a: calls.append("post"))
+    p.grad, c.grad = torch.ones_like(p), torch.ones_like(c)
+    before = c.detach().clone()
+    opt.step()
+    assert calls == ["pre", "post"] and not torch.equal(c, before)

@@ -7,9 +7,10 @@ For the causal-LM models of the Llama, Mistral, Qwen2, Qwen3 and Gemma families 
   through :func:`roofkit.rms_norm` (Gemma's ``1 + weight`` form included);
 - **mlp**: the gated MLP's product through :func:`roofkit.swiglu` (``hidden_act`` silu) or
   :func:`roofkit.geglu` (gelu, gelu_pytorch_tanh); the projections stay torch's. When a
-  gradient is wanted (and ``down_proj`` is a plain ``nn.Linear`` in the activations' dtype, outside
-  autocast), the product and ``down_proj`` go through :func:`roofkit.ops.glu.glu_linear`, which
-  does not save the (tokens x intermediate) product: the backward makes it again;
+  gradient is wanted (and ``down_proj`` is a plain, unhooked ``nn.Linear`` in the activations'
+  dtype, outside autocast), the product and ``down_proj`` go through
+  :func:`roofkit.ops.glu.glu_linear`, which does not save the (tokens x intermediate) product:
+  the backward makes it again;
 - **rope**: the attention modules' call of ``apply_rotary_pos_emb`` through :func:`roofkit.rope`
   (their forward, unchanged, runs with that one name bound to roofkit's: the transformers module
   itself, and every other model of the family, keep theirs);
@@ -44,7 +45,7 @@ import torch.nn.functional as F
 
 import roofkit
 from roofkit.ops._runtime import needs_grad
-from roofkit.ops.glu import glu_linear
+from roofkit.ops.glu import glu_linear, glu_linear_stands_for
 
 __all__ = ["patch", "Summary", "FAMILIES"]
 
@@ -93,17 +94,10 @@ def _gemma_rms_norm_forward(self, x: torch.Tensor) -> torch.Tensor:
     return roofkit.rms_norm(x, (self.weight.shape[-1],), (1.0 + self.weight.float()).to(x.dtype), self.eps)
 
 
-def _plain_linear(m: torch.nn.Module, dtype: torch.dtype) -> bool:
-    """An unhooked torch.nn.Linear with parameters of ``dtype`` (an adapter or a hook keeps its call)."""
-    return (type(m) is torch.nn.Linear and not m._forward_hooks and not m._forward_pre_hooks
-            and m.weight.dtype == dtype and (m.bias is None or m.bias.dtype == dtype))
-
-
 def _glu_mlp(mlp, x: torch.Tensor, activation: str, product) -> torch.Tensor:
     gate, up = mlp.gate_proj(x), mlp.up_proj(x)
     down = mlp.down_proj
-    if (needs_grad(gate, up, down.weight, down.bias) and _plain_linear(down, gate.dtype)
-            and not torch.is_autocast_enabled(gate.device.type)):
+    if glu_linear_stands_for(down, gate.dtype) and needs_grad(gate, up, down.weight, down.bias):
         # training: the gated product is made again in the backward instead of being saved
         return glu_linear(gate, up, down.weight, down.bias, activation=activation)
     return down(product(gate, up))

@@ -23,7 +23,7 @@ import torch
 
 import roofkit
 from roofkit.ops._runtime import needs_grad
-from roofkit.ops.glu import glu_linear
+from roofkit.ops.glu import glu_linear, glu_linear_stands_for
 
 __all__ = ["RMSNorm", "LayerNorm", "Linear", "CrossEntropyLoss", "LinearCrossEntropyLoss", "SwiGLU", "GeGLU",
            "RotaryEmbedding"]
@@ -110,9 +110,7 @@ class SwiGLU(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_proj(x), self.up_proj(x)
         down = self.down_proj
-        if (needs_grad(gate, up, down.weight, down.bias) and down.weight.dtype == gate.dtype
-                and not down._forward_hooks and not down._forward_pre_hooks
-                and not torch.is_autocast_enabled(gate.device.type)):
+        if glu_linear_stands_for(down, gate.dtype) and needs_grad(gate, up, down.weight, down.bias):
             # the product is not saved for the backward, which makes it again (glu_linear)
             return glu_linear(gate, up, down.weight, down.bias, activation=self._activation)
         return down(self._product(gate, up))

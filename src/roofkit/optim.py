@@ -93,7 +93,16 @@ class AdamW(torch.optim.AdamW):
             groups = self.param_groups
             self.param_groups = rest
             try:
-                super().step()
+                _torch_step(self)
             finally:
                 self.param_groups = groups
         return loss
+
+
+def _torch_step(opt: AdamW) -> None:
+    """torch's own step function for ``opt``, without the step hooks torch wraps around it once
+    any of its optimizers has been made (this step's hooks have run already: they run once)."""
+    fn = next(vars(cls)["step"] for cls in AdamW.__mro__[1:] if "step" in vars(cls))
+    while getattr(fn, "hooked", False) and hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    fn(opt)

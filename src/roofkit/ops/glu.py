@@ -192,13 +192,14 @@ def _glu_linear_fwd_fake(gate, up, weight, bias, act):
 def _glu_linear_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, act: int,
                     grad_weight: bool, grad_bias: bool
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    dy = dy.reshape(-1, weight.shape[0])
+    tokens = math.prod(gate.shape[:-1])  # (not reshape(-1, ...): a side of 0 features is legal)
+    dy = dy.reshape(tokens, weight.shape[0])
     dh = dy @ weight  # (tokens, intermediate), contiguous
     dgate, dup = torch.empty_like(gate), torch.empty_like(up)
     y = torch.empty_like(gate) if grad_weight else None
     _glu_bwd_into(dh, gate, up, dgate, dup, y, act)
     del dh
-    dw = dy.t() @ y.reshape(-1, weight.shape[1]) if grad_weight else weight.new_empty((0,))
+    dw = dy.t() @ y.reshape(tokens, weight.shape[1]) if grad_weight else weight.new_empty((0,))
     db = dy.sum(0) if grad_bias else weight.new_empty((0,))
     return dgate, dup, dw, db
 
@@ -251,7 +252,8 @@ def glu_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, bias:
     Memory:
         Saves gate, up and the weight: the product (tokens x in_features) is not kept between the
         forward and the backward. The backward writes it once more (one pass over tokens x
-        in_features elements).
+        in_features elements). Under autocast it runs as ``F.linear(swiglu(gate, up), ...)``
+        (autocast's casts of the projection's operands), which saves the product.
     """
     if activation not in _ACTIVATIONS:
         raise ValueError(f"roofkit.glu_linear: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
@@ -268,7 +270,28 @@ def glu_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, bias:
         check_same_dtype("glu_linear", "bias", bias, gate, "gate")
         if bias.shape != (weight.shape[0],):
             raise ValueError(f"roofkit.glu_linear: bias must be ({weight.shape[0]},); got {tuple(bias.shape)}")
+    if torch.is_autocast_enabled(gate.device.type):
+        # (autocast casts the projection's operands: the unfused form, which saves the product)
+        return F.linear(_glu_fwd_op.apply(gate, up, _ACTIVATIONS[activation]), weight, bias)
     return _glu_linear_fwd_op.apply(gate, up, weight, bias, _ACTIVATIONS[activation])
+
+
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks")
+
+
+def glu_linear_stands_for(linear: torch.nn.Module, dtype: torch.dtype) -> bool:
+    """Whether ``glu_linear(gate, up, linear.weight, linear.bias)`` computes what calling
+    ``linear`` on the product would, hooks included: a ``torch.nn.Linear`` itself (not a subclass or
+    a wrapper, as adapters are), with parameters of ``dtype``, no hook of its own and no global
+    module hook, outside autocast."""
+    module_hooks = torch.nn.modules.module
+    return (type(linear) is torch.nn.Linear and linear.weight.dtype == dtype
+            and (linear.bias is None or linear.bias.dtype == dtype)
+            and not (linear._forward_hooks or linear._forward_pre_hooks or linear._backward_hooks
+                     or linear._backward_pre_hooks)
+            and not any(getattr(module_hooks, name, None) for name in _GLOBAL_HOOKS)
+            and not torch.is_autocast_enabled(linear.weight.device.type))
 
 
 # ----------------------------------------------------------------------------- public functions
