@@ -4,6 +4,7 @@ steps within 1e-4 relative, gradients of the first), gives the original's logits
 tokens of a padded batch, and generates the same tokens."""
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -224,3 +225,36 @@ def test_a_dtensor_argument_is_refused_with_what_to_do(tmp_path):
                 roofkit.swiglu(distribute_tensor(x, mesh, [placement]), x)
     finally:
         dist.destroy_process_group()
+
+
+def test_mask_function_leaves_the_plain_causal_mask_to_is_causal(monkeypatch):
+    # roofkit's registered mask function: None for the causal mask of an unpadded batch with as
+    # many keys as queries (or one query), decided from the arguments alone (so also while
+    # torch.compile traces, where transformers' own check builds the mask); the 4-D mask otherwise.
+    import inspect
+
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, causal_mask_function, sdpa_mask
+
+    roofkit.patch(_model("llama", "cpu"))
+    mask_fn = ALL_MASK_ATTENTION_FUNCTIONS["roofkit"]
+    # as while torch.compile (torch < 2.14) traces: transformers cannot skip the mask itself
+    # (where its version still decides that through this function)
+    masking = sys.modules["transformers.masking_utils"]
+    if hasattr(masking, "is_torchdynamo_exporting"):
+        monkeypatch.setattr(masking, "is_torchdynamo_exporting", lambda: True)
+    params = inspect.signature(sdpa_mask).parameters
+
+    def call(q, kv, **kw):
+        where = dict(q_length=q) if "q_length" in params else dict(cache_position=torch.arange(kv - q, kv))
+        return mask_fn(batch_size=2, kv_length=kv, **where, **kw)
+
+    assert call(7, 7) is None and call(1, 9) is None
+    padding = torch.ones(2, 7, dtype=torch.bool)
+    padding[0, :2] = False
+    for kw in (dict(attention_mask=padding), dict(allow_is_causal_skip=False),
+               dict(mask_function=lambda b, h, q, k: k <= q + 1, allow_is_causal_skip=False)):
+        m = call(7, 7, **kw)
+        assert isinstance(m, torch.Tensor) and m.shape[-2:] == (7, 7), kw
+    full = sdpa_mask(batch_size=2, kv_length=7, allow_is_causal_skip=False, mask_function=causal_mask_function,
+                     **(dict(q_length=7) if "q_length" in params else dict(cache_position=torch.arange(7))))
+    assert torch.equal(call(7, 7, allow_is_causal_skip=False), full)

@@ -15,8 +15,9 @@ For the causal-LM models of the Llama, Mistral, Qwen2, Qwen3 and Gemma families 
   (their forward, unchanged, runs with that one name bound to roofkit's: the transformers module
   itself, and every other model of the family, keep theirs);
 - **attention**: ``roofkit`` registered in transformers' attention-function and attention-mask
-  registries (the mask function is SDPA's: None where ``is_causal`` covers it, else a boolean
-  4-D mask for padding and sliding windows), and the model switched to it: attention through
+  registries (the mask function is SDPA's: None where ``is_causal`` covers it, also while
+  torch.compile traces, else a boolean 4-D mask for padding and sliding windows), and the model
+  switched to it: attention through
   :func:`roofkit.scaled_dot_product_attention`, exactly torch's semantics;
 - **loss**: in training with ``labels``, the vocabulary projection and its cross-entropy through
   :func:`roofkit.linear_cross_entropy` (the (tokens x vocabulary) logits are never made; the
@@ -241,12 +242,42 @@ def _count(summary: "Summary", kind: str, swapped: bool, module: torch.nn.Module
         summary.left[f"{kind} ({type(module).__name__})"] = "the module has a forward of its own (hooks?)"
 
 
+def _causal_only(sdpa_mask, causal_mask_function, args, kwargs) -> bool:
+    """Whether an ``sdpa_mask`` call asks for the plain causal mask of a batch without padding over
+    as many keys as queries (or one query): the case ``is_causal`` covers. transformers skips that
+    mask itself except while torch.compile traces (with torch < 2.14 it cannot tell compiling from
+    exporting there); deciding from the arguments alone reads no tensor and holds for both."""
+    import inspect
+
+    try:
+        bound = inspect.signature(sdpa_mask).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    a = {**bound.arguments, **bound.arguments.get("kwargs", {})}
+    if a.get("attention_mask") is not None or a.get("local_size") is not None:
+        return False
+    if a.get("mask_function", causal_mask_function) is not causal_mask_function:
+        return False
+    if not a.get("allow_is_causal_skip", True):
+        return False
+    q = a.get("q_length")
+    if q is None and isinstance(a.get("cache_position"), torch.Tensor):
+        q = a["cache_position"].shape[0]
+    kv = a.get("kv_length")
+    return isinstance(q, int) and isinstance(kv, int) and (q == kv or q == 1)
+
+
 def _register_attention() -> None:
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, causal_mask_function, sdpa_mask
+
+    def mask(*args, **kwargs):
+        if _causal_only(sdpa_mask, causal_mask_function, args, kwargs):
+            return None  # (attention: is_causal, or every key for one query)
+        return sdpa_mask(*args, **kwargs)
 
     AttentionInterface.register(ATTENTION, _attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, mask)
 
 
 def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, mlp: bool = True,
