@@ -16,6 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import roofkit.config
 from roofkit.harness.device import environment
 from roofkit.harness.spec import case
 from roofkit.harness.timing import time_providers
@@ -94,9 +95,9 @@ for seed in range(24):
     ts[::10] = -100
     outs = []
     for smem in (True, False):
-        ce.SMEM_PATH = smem
-        loss = ce.cross_entropy(xs, ts, reduction="none")
-        outs.append((loss.detach().float(), torch.autograd.grad(loss.sum(), xs)[0].float()))
+        with roofkit.config.override("cross_entropy", SMEM_PATH=smem):
+            loss = ce.cross_entropy(xs, ts, reduction="none")
+            outs.append((loss.detach().float(), torch.autograd.grad(loss.sum(), xs)[0].float()))
     (ls, gs), (lo, go) = outs
     row_err = (gs - go).abs().amax(dim=1) / go.abs().amax(dim=1).clamp_min(1e-30)
     for r in torch.nonzero(row_err > 0.02).flatten().tolist():
@@ -104,7 +105,6 @@ for seed in range(24):
                                > 0.02 * go[r].abs().max()).flatten().tolist()
         bad_rows.append({"seed": seed, "row": r, "rel_err": row_err[r].item(), "loss_smem": ls[r].item(),
                          "loss_online": lo[r].item(), "chunks": chunks})
-ce.SMEM_PATH = True
 print(f"row check, 24 seeds x 264 rows: {len(bad_rows)} rows differ", bad_rows[:6])
 result["row_check"] = bad_rows
 

@@ -16,6 +16,7 @@ import json
 
 import torch
 
+import roofkit.config
 from roofkit.harness.device import environment
 from roofkit.harness.timing import L2Flusher, time_providers
 
@@ -23,12 +24,8 @@ C = importlib.import_module("roofkit.ops.compact")
 
 
 def _noshrink(x, m):
-    old = C.SHRINK_BELOW
-    C.SHRINK_BELOW = 0.0
-    try:
+    with roofkit.config.override("masked_select", SHRINK_BELOW=0.0):
         return C.masked_select(x, m)
-    finally:
-        C.SHRINK_BELOW = old
 
 
 def main():

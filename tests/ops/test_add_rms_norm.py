@@ -23,10 +23,9 @@ def _inputs(shape, device, dtype=torch.float32, seed=0):
 
 
 @pytest.mark.parametrize("shape,loop", [((5, 96), False), ((2, 40), True)])
-def test_gradients_of_both_outputs_match_float64(shape, loop, device, monkeypatch):
+def test_gradients_of_both_outputs_match_float64(shape, loop, device, tunables):
     if loop:  # the long-row path, on a short row
-        monkeypatch.setattr(rms, "ONE_PASS_MAX_N", 16)
-        monkeypatch.setattr(rms, "LOOP_BLOCK_N", 16)
+        tunables("add_rms_norm", ONE_PASS_MAX_N=16, LOOP_BLOCK_N=16)
     x, r, w = (t.requires_grad_() for t in _inputs(shape, device))
     g = torch.Generator().manual_seed(1)
     dy, dr = (torch.randn(shape, generator=g).to(device) for _ in range(2))

@@ -67,11 +67,11 @@ def test_attention_rectangular_tiles_causal_edges(monkeypatch, device, fwd, bwd)
 
 
 @pytest.mark.parametrize("use_desc", [True, False], ids=["descriptor_loads", "pointer_loads"])
-def test_attention_forward_kv_load_paths(monkeypatch, device, use_desc):
+def test_attention_forward_kv_load_paths(tunables, device, use_desc):
     # The forward's K / V loads through tensor descriptors (rows past Sk zero-filled by the copy
     # engine, per (batch, head) slice) and through masked pointers: both against float64, with
     # ragged key counts, GQA and a non-contiguous (transposed-heads) K that descriptors accept.
-    monkeypatch.setattr(L, "FWD_DESC", use_desc)
+    tunables("flash_attention", FWD_DESC=use_desc)
     if device.type == "cpu":
         pytest.importorskip("triton.tools.tensor_descriptor")
     q, k, v = _qkv(1, 4, 2, 20, 37, 32, device, dtype=torch.float16, seed=3)
@@ -95,7 +95,7 @@ def test_attention_forward_kv_load_paths(monkeypatch, device, use_desc):
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.25, -1.0, 1e-46, 1e-39, 3e-38, 10.0])
-def test_attention_forward_any_scale(monkeypatch, device, scale):
+def test_attention_forward_any_scale(tunables, device, scale):
     # The forward folds a positive normal scale into the exponent (FMA); zero, negative and
     # subnormal scales must take the scale-then-mask form: masked scores are -inf *after*
     # scaling (-inf * 0 would be NaN), and the max is over scaled scores (a negative scale flips
@@ -103,7 +103,7 @@ def test_attention_forward_any_scale(monkeypatch, device, scale):
     # load paths. Reference: float64 softmax with the same scale.
     q, k, v = _qkv(1, 2, 2, 16, 20, 16, device, dtype=torch.float16, seed=7)
     for desc in (True, False):
-        monkeypatch.setattr(L, "FWD_DESC", desc)
+        tunables("flash_attention", FWD_DESC=desc)
         for causal in (False, True):
             _, want, _ = _ref(q, k, v, causal, scale)
             got = scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
@@ -111,12 +111,10 @@ def test_attention_forward_any_scale(monkeypatch, device, scale):
             torch.testing.assert_close(got.double(), want, rtol=2e-3, atol=2e-3)
 
 
-def test_attention_split_kv_decoding_path(monkeypatch, device):
+def test_attention_split_kv_decoding_path(monkeypatch, tunables, device):
     # Force the decoding kernels onto short sequences: several chunks per (batch, kv head),
     # ragged last chunk, rows of several query heads and queries in one tile, causal rows.
-    monkeypatch.setattr(L, "DECODE_MIN_SK", 0)
-    monkeypatch.setattr(L, "DECODE_MIN_BLOCKS", 1)
-    monkeypatch.setattr(L, "DECODE_PROGRAMS_PER_SM", 64)
+    tunables("flash_attention", DECODE_MIN_SK=0, DECODE_MIN_BLOCKS=1, DECODE_PROGRAMS_PER_SM=64)
     assert L._use_decode(2, 5, 2) and not L._use_decode(2, 33, 40)
     splits, chunk = L._decode_splits(2, 40, 16, device)
     assert splits == 3 and chunk == 16
@@ -245,15 +243,15 @@ def test_flash_attention_lse_gradient_flows(device):
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5)
 
 
-def test_flash_attention_atomic_dq_path_matches_reference(monkeypatch, device):
-    monkeypatch.setattr(L, "ATOMIC_DQ", True)
+def test_flash_attention_atomic_dq_path_matches_reference(tunables, device):
+    tunables("flash_attention", ATOMIC_DQ=True)
     cases = ["gqa_4_over_2_causal", "sq40_sk17_causal"]
     report = verify_op(SDPA_SPEC, cases=cases, seeds=1, dtypes=(torch.float16,), device=device)
     assert report.passed, report.summary()
 
 
-def test_flash_attention_deterministic_backward_is_bitwise_and_matches_atomic_path(monkeypatch, device):
-    monkeypatch.setattr(L, "ATOMIC_DQ", True)
+def test_flash_attention_deterministic_backward_is_bitwise_and_matches_atomic_path(tunables, device):
+    tunables("flash_attention", ATOMIC_DQ=True)
     q, k, v = _qkv(1, 4, 2, 37, 29, 32, device, dtype=torch.float16, grad=True, seed=5)
     dy = torch.randn(1, 4, 37, 32, device=device).half()
     grads = []
@@ -456,13 +454,11 @@ def test_flash_attention_window_matches_reference(device, causal, window, sq, sk
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5)
 
 
-def test_attention_masks_and_window_on_the_decoding_path(monkeypatch, device):
+def test_attention_masks_and_window_on_the_decoding_path(tunables, device):
     # The split-KV kernels (several chunks a kv head, GQA rows of 2 heads x 3 queries) with a
     # window, whose chunks outside the band carry lse -inf, and with attn_masks: a boolean padding
     # mask that empties whole chunks of some batches, and an additive one.
-    monkeypatch.setattr(L, "DECODE_MIN_SK", 0)
-    monkeypatch.setattr(L, "DECODE_MIN_BLOCKS", 1)
-    monkeypatch.setattr(L, "DECODE_PROGRAMS_PER_SM", 64)
+    tunables("flash_attention", DECODE_MIN_SK=0, DECODE_MIN_BLOCKS=1, DECODE_PROGRAMS_PER_SM=64)
     q, k, v = _qkv(2, 4, 2, 3, 70, 32, device, seed=4)
     out, lse = flash_attention(q, k, v, window_size=(20, 0), return_lse=True)
     _, ro, rl = _ref(q, k, v, False, flash=True, window=(20, 0))
@@ -665,13 +661,11 @@ def test_output_is_laid_out_as_torch_flash_returns_it(device):
 
 
 @pytest.mark.parametrize("decode", [False, True], ids=["prefill", "split_kv"])
-def test_backward_keeps_the_output_rounding_residual_not_a_float32_copy(monkeypatch, device, decode):
+def test_backward_keeps_the_output_rounding_residual_not_a_float32_copy(tunables, device, decode):
     # 16-bit inputs: the graph keeps the output and its rounding residual, both 16-bit (half the
     # memory of a float32 copy); their sum is the float32 output to ~twice the dtype's precision.
     if decode:  # several KV chunks per row: the combine kernel stores the output and residual
-        monkeypatch.setattr(L, "DECODE_MIN_SK", 0)
-        monkeypatch.setattr(L, "DECODE_MIN_BLOCKS", 1)
-        monkeypatch.setattr(L, "DECODE_PROGRAMS_PER_SM", 64)
+        tunables("flash_attention", DECODE_MIN_SK=0, DECODE_MIN_BLOCKS=1, DECODE_PROGRAMS_PER_SM=64)
     q, k, v = _qkv(1, 4, 2, 1 if decode else 24, 40, 16, device, dtype=torch.float16, seed=4, grad=True)
     out = scaled_dot_product_attention(q, k, v, enable_gqa=True)
     saved = [t for t in out.grad_fn.saved_tensors if t is not None]

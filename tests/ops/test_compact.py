@@ -38,17 +38,16 @@ def test_masked_select_matches_float64_reference(name, device):
     assert report.rows and report.passed, report.summary()
 
 
-def _small_tiles(monkeypatch, chunk, chunks):
-    monkeypatch.setattr(compact_module, "CHUNK", chunk)
-    monkeypatch.setattr(compact_module, "CHUNKS", chunks)
+def _small_tiles(tunables, chunk, chunks):
+    tunables("compact", CHUNK=chunk, CHUNKS=chunks)
 
 
 @pytest.mark.parametrize("pattern", ["random", "runs", "prefix"])
 @pytest.mark.parametrize("keep", [0.0, 0.05, 0.5, 0.95, 1.0])
-def test_compact_keeps_order_exactly_across_tiles(keep, pattern, monkeypatch, device):
+def test_compact_keeps_order_exactly_across_tiles(keep, pattern, tunables, device):
     # Tiles of 2 chunks of 32: 2003 elements make 32 tiles (the last one partial, its last mask
     # word half outside the tensor), so the look-back prefix and the in-tile chunk loop matter.
-    _small_tiles(monkeypatch, 32, 2)
+    _small_tiles(tunables, 32, 2)
     x = torch.randn(2003, generator=_gen(1)).to(device)
     m = _mask((2003,), keep, device, seed=2, pattern=pattern)
     want = torch.masked_select(x, m)
@@ -60,9 +59,9 @@ def test_compact_keeps_order_exactly_across_tiles(keep, pattern, monkeypatch, de
     assert torch.equal(_bits(masked_select(x, m)), _bits(want))
 
 
-def test_look_back_across_50_tiles_with_an_unaligned_mask(monkeypatch, device):
+def test_look_back_across_50_tiles_with_an_unaligned_mask(tunables, device):
     # 50 tiles of 16 elements, mask a view starting one byte into its storage (copied aligned).
-    _small_tiles(monkeypatch, 8, 2)
+    _small_tiles(tunables, 8, 2)
     x = torch.randint(-1000, 1000, (797,), generator=_gen(20), dtype=torch.int32).to(device)
     m = _mask((798,), 0.5, device, seed=21)[1:]
     assert m.data_ptr() % 4 == 1 or device.type != "cpu"
@@ -148,8 +147,8 @@ def test_masked_select_backward_with_broadcast_matches_torch(device):
     assert torch.equal(g, g2)
 
 
-def test_compact_backward_reads_only_the_kept_slots(monkeypatch, device):
-    _small_tiles(monkeypatch, 16, 2)
+def test_compact_backward_reads_only_the_kept_slots(tunables, device):
+    _small_tiles(tunables, 16, 2)
     x = torch.randn(5, 40, generator=_gen(10)).to(device).requires_grad_(True)
     m = _mask((5, 40), 0.3, device, seed=11)
     values, count = compact(x, m)
@@ -161,8 +160,8 @@ def test_compact_backward_reads_only_the_kept_slots(monkeypatch, device):
 
 
 @pytest.mark.parametrize("variant", ("lookback",) + _NEW_VARIANTS)
-def test_empty_inputs_return_without_launch(variant, forbid_launch, monkeypatch, device):
-    monkeypatch.setattr(compact_module, "VARIANT", variant)
+def test_empty_inputs_return_without_launch(variant, forbid_launch, tunables, device):
+    tunables("compact", VARIANT=variant)
     for k in _KERNELS:
         forbid_launch(compact_module, k)
     for xs, ms in [((0, 5), (0, 5)), ((3, 1), (3, 0)), ((0,), ())]:
@@ -224,9 +223,9 @@ def test_compaction_compiles_fullgraph_with_backward(device):
     assert torch.equal(g, torch.where(m, 3.0, 0.0))
 
 
-def test_int64_offset_code_path(monkeypatch, device):
+def test_int64_offset_code_path(monkeypatch, tunables, device):
     monkeypatch.setattr(compact_module, "needs_int64", lambda *extents: True)
-    _small_tiles(monkeypatch, 32, 2)
+    _small_tiles(tunables, 32, 2)
     x = torch.randn(1000, generator=_gen(16)).to(device).requires_grad_(True)
     m = _mask((1000,), 0.4, device, seed=17, pattern="runs")
     out = masked_select(x, m)
@@ -281,15 +280,12 @@ def test_mask_bytes_other_than_one_count_as_true(device):
 # ----------------------------------------------------------------------------- the faster variants
 
 
-def _variant(monkeypatch, variant, block=128, chunk=64, lr_chunk=64, scan_block=4):
+def _variant(tunables, variant, block=128, chunk=64, lr_chunk=64, scan_block=4):
     """Switch the module to ``variant`` with tiny tiles: 1003 elements make 8 two-pass tiles of
     two write steps each (the next step's bits prefetched), a count scan over 2 blocks of 4 tile
     counts (the carry between blocks), and 16 look-back tiles."""
-    monkeypatch.setattr(compact_module, "VARIANT", variant)
-    monkeypatch.setattr(compact_module, "TP_BLOCK", block)
-    monkeypatch.setattr(compact_module, "TP_CHUNK", chunk)
-    monkeypatch.setattr(compact_module, "TP_SCAN_BLOCK", scan_block)
-    monkeypatch.setattr(compact_module, "LR_CHUNK", lr_chunk)
+    tunables("compact", VARIANT=variant, TP_BLOCK=block, TP_CHUNK=chunk, TP_SCAN_BLOCK=scan_block,
+             LR_CHUNK=lr_chunk)
 
 
 def _check_all_paths(x, m, select=True):
@@ -310,27 +306,27 @@ def _check_all_paths(x, m, select=True):
 
 @pytest.mark.parametrize("keep", [0.0, 0.05, 0.5, 0.95, 1.0])
 @pytest.mark.parametrize("variant", _NEW_VARIANTS)
-def test_variant_keeps_order_exactly(variant, keep, monkeypatch, device):
+def test_variant_keeps_order_exactly(variant, keep, tunables, device):
     # 1003 = 17 * 59: no tile, step, row or mask word divides it (the last word is partial).
-    _variant(monkeypatch, variant)
+    _variant(tunables, variant)
     x = torch.randn(1003, generator=_gen(30)).to(device)
     _check_all_paths(x, _mask((1003,), keep, device, seed=31), select=False)
 
 
 @pytest.mark.parametrize("pattern", ["runs", "prefix"])
 @pytest.mark.parametrize("variant", _NEW_VARIANTS)
-def test_variant_clustered_masks(variant, pattern, monkeypatch, device):
+def test_variant_clustered_masks(variant, pattern, tunables, device):
     # Whole rows / tiles kept or dropped (zero counts between non-zero ones, empty write steps).
-    _variant(monkeypatch, variant)
+    _variant(tunables, variant)
     x = torch.randint(-10**6, 10**6, (999,), generator=_gen(32), dtype=torch.int32).to(device)
     _check_all_paths(x, _mask((999,), 0.4, device, seed=33, pattern=pattern))
 
 
 @pytest.mark.parametrize("variant", _NEW_VARIANTS)
-def test_variant_mask_bytes_other_than_one_in_full_and_tail_rows(variant, monkeypatch, device):
+def test_variant_mask_bytes_other_than_one_in_full_and_tail_rows(variant, tunables, device):
     # Any non-zero byte is True, on the vector path (spans inside the mask) and on the last,
     # word-by-word span; 700 bytes: 21 full rows of 32 and a row of 28.
-    _variant(monkeypatch, variant)
+    _variant(tunables, variant)
     raw = torch.randint(0, 256, (700,), generator=_gen(34), dtype=torch.int16).to(torch.uint8)
     raw[torch.rand(700, generator=_gen(35)) < 0.4] = 0
     raw = raw.to(device)
@@ -342,10 +338,10 @@ def test_variant_mask_bytes_other_than_one_in_full_and_tail_rows(variant, monkey
 
 
 @pytest.mark.parametrize("variant", _NEW_VARIANTS)
-def test_variant_unaligned_mask_int64_offsets_and_many_tiles(variant, monkeypatch, device):
+def test_variant_unaligned_mask_int64_offsets_and_many_tiles(variant, monkeypatch, tunables, device):
     # A mask view one byte into its storage (copied aligned), the int64 offset code, and the
     # most tiles of the file (40 look-back tiles, 20 two-pass tiles of 2 steps, 3 scan blocks).
-    _variant(monkeypatch, variant, block=64, chunk=32, lr_chunk=32, scan_block=8)
+    _variant(tunables, variant, block=64, chunk=32, lr_chunk=32, scan_block=8)
     monkeypatch.setattr(compact_module, "needs_int64", lambda *extents: True)
     x = torch.randn(1261, generator=_gen(37)).to(device)
     m = _mask((1262,), 0.5, device, seed=38)[1:]
@@ -354,8 +350,8 @@ def test_variant_unaligned_mask_int64_offsets_and_many_tiles(variant, monkeypatc
 
 
 @pytest.mark.parametrize("variant", _NEW_VARIANTS)
-def test_variant_backward_and_broadcast_through_autograd(variant, monkeypatch, device):
-    _variant(monkeypatch, variant)
+def test_variant_backward_and_broadcast_through_autograd(variant, tunables, device):
+    _variant(tunables, variant)
     x = torch.randn(37, 1, generator=_gen(39)).to(device).requires_grad_(True)
     m = _mask((37, 41), 0.3, device, seed=40)
     out = masked_select(x, m)
@@ -407,14 +403,13 @@ def test_swar_popcount_matches_python(device):
     assert out.cpu().tolist() == [bin(x & 0xFFFFFFFF).count("1") for x in vals]
 
 
-def test_unknown_switch_values_raise(monkeypatch, device):
+def test_unknown_switch_values_raise(tunables, device):
     x = torch.randn(10).to(device)
     m = torch.ones(10, dtype=torch.bool, device=device)
-    monkeypatch.setattr(compact_module, "VARIANT", "fastest")
+    tunables("compact", VARIANT="fastest")
     with pytest.raises(ValueError, match="VARIANT"):
         compact(x, m)
-    monkeypatch.setattr(compact_module, "VARIANT", "two_pass")
-    monkeypatch.setattr(compact_module, "SYNC", "later")
+    tunables("compact", VARIANT="two_pass", SYNC="later")
     with pytest.raises(ValueError, match="SYNC"):
         masked_select(x, m)
 
@@ -425,12 +420,12 @@ def test_unknown_switch_values_raise(monkeypatch, device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("keep", [0.0, 0.05, 0.5, 0.95, 1.0])
 @pytest.mark.parametrize("variant", ("lookback",) + _NEW_VARIANTS + ("two_pass_pdl",))
-def test_variant_on_gpu_at_acceptance_size(variant, keep, monkeypatch):
+def test_variant_on_gpu_at_acceptance_size(variant, keep, tunables):
     # Default tiles; 2**26 + 7 elements (a partial last tile and mask word); both sync modes.
     if variant == "two_pass_pdl":  # the write pass as a programmatic dependent launch
         variant = "two_pass"
-        monkeypatch.setattr(compact_module, "TP_PDL", True)
-    monkeypatch.setattr(compact_module, "VARIANT", variant)
+        tunables("compact", TP_PDL=True)
+    tunables("compact", VARIANT=variant)
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(44)
     x = torch.randn(2**26 + 7, device=dev, generator=g)
@@ -439,7 +434,7 @@ def test_variant_on_gpu_at_acceptance_size(variant, keep, monkeypatch):
     values, count = compact(x, m)
     assert int(count) == want.numel() and torch.equal(values[: int(count)], want)
     for sync in ("item", "pinned"):
-        monkeypatch.setattr(compact_module, "SYNC", sync)
+        tunables("compact", SYNC=sync)
         assert torch.equal(masked_select(x, m), want)
     dv = torch.randn(want.numel(), device=dev, generator=g)
     back = torch.zeros_like(x)
@@ -451,8 +446,8 @@ def test_variant_on_gpu_at_acceptance_size(variant, keep, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", _NEW_VARIANTS)
-def test_variant_on_gpu_bf16_rows_and_repeat_calls_identical(variant, monkeypatch):
-    monkeypatch.setattr(compact_module, "VARIANT", variant)
+def test_variant_on_gpu_bf16_rows_and_repeat_calls_identical(variant, tunables):
+    tunables("compact", VARIANT=variant)
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(45)
     x = torch.randn(8192, 4096, device=dev, generator=g).to(torch.bfloat16)
@@ -466,8 +461,8 @@ def test_variant_on_gpu_bf16_rows_and_repeat_calls_identical(variant, monkeypatc
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", _NEW_VARIANTS)
-def test_variant_over_2pow31_elements(variant, monkeypatch):
-    monkeypatch.setattr(compact_module, "VARIANT", variant)
+def test_variant_over_2pow31_elements(variant, tunables):
+    tunables("compact", VARIANT=variant)
     dev = torch.device("cuda")
     n = 2**31 + 4099
     g = torch.Generator(device=dev).manual_seed(46)
@@ -508,8 +503,8 @@ def test_masked_select_backward_refuses_capture(monkeypatch, device):
 
 
 @pytest.mark.parametrize("variant", ("lookback",) + _NEW_VARIANTS)
-def test_compact_under_capture_reads_nothing_back_forward_and_backward(variant, monkeypatch, device):
-    monkeypatch.setattr(compact_module, "VARIANT", variant)
+def test_compact_under_capture_reads_nothing_back_forward_and_backward(variant, monkeypatch, tunables, device):
+    tunables("compact", VARIANT=variant)
     x = torch.randn(7, 300, generator=_gen(24)).to(device).requires_grad_(True)
     m = _mask((7, 300), 0.4, device, seed=25)
     dv = torch.randn(2100, generator=_gen(26)).to(device)

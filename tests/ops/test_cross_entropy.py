@@ -64,20 +64,16 @@ _PATH_CASES = [
 
 
 @pytest.mark.parametrize("path", ["split", "online"])
-def test_cross_entropy_long_row_paths_match_reference(path, monkeypatch, device):
+def test_cross_entropy_long_row_paths_match_reference(path, monkeypatch, tunables, device):
     # Force long-row kernels onto short rows: the split kernel (segments of 32 with a ragged
     # last one; under the interpreter its two-launch form, on the GPU the fused one where the
     # programs of a row wait for each other) and the online two-pass kernel (chunks of 32).
-    monkeypatch.setattr(ce_module, "ONE_PASS_MAX_N", 16)
-    monkeypatch.setattr(ce_module, "SPLIT_SEG", 32)
-    monkeypatch.setattr(ce_module, "SPLIT_SEG_WEIGHTED", 16)
-    monkeypatch.setattr(ce_module, "FWD_SPLIT_MAX_ROWS_PER_SM", 10**6)
-    monkeypatch.setattr(ce_module, "GRAD_SPLIT_MAX_ROWS_PER_SM", 10**6)
+    tunables("cross_entropy", ONE_PASS_MAX_N=16, SPLIT_SEG=32, SPLIT_SEG_WEIGHTED=16,
+             FWD_SPLIT_MAX_ROWS_PER_SM=10**6, GRAD_SPLIT_MAX_ROWS_PER_SM=10**6)
     if path == "online":
         # As on a GPU with more rows than GRAD/FWD_SPLIT_MAX_ROWS_PER_SM allow to split.
-        monkeypatch.setattr(ce_module, "GRAD_SPLIT_MAX_ROWS_PER_SM", 0)
-        monkeypatch.setattr(ce_module, "FWD_SPLIT_MAX_ROWS_PER_SM", 0)
-        monkeypatch.setattr(ce_module, "ONLINE_BLOCK_N", 32)
+        tunables("cross_entropy", GRAD_SPLIT_MAX_ROWS_PER_SM=0, FWD_SPLIT_MAX_ROWS_PER_SM=0,
+                 ONLINE_BLOCK_N=32)
         assert not ce_module._launch_config(100, 4, True).one_pass
     else:
         cfg = ce_module._launch_config(100, 4, True)
@@ -158,7 +154,7 @@ def test_cross_entropy_backward_is_single_use(device):
         loss.backward()
 
 
-def test_cross_entropy_allocates_no_float32_logit_sized_buffer(monkeypatch, device):
+def test_cross_entropy_allocates_no_float32_logit_sized_buffer(monkeypatch, tunables, device):
     # "No (M, C) fp32 intermediate beyond the gradient itself": record every allocation made
     # during a forward+backward, on each kernel path.
     m, c = 4, 100
@@ -173,8 +169,7 @@ def test_cross_entropy_allocates_no_float32_logit_sized_buffer(monkeypatch, devi
 
         monkeypatch.setattr(torch, name, rec)
     for one_pass_max in (128, 16):
-        monkeypatch.setattr(ce_module, "ONE_PASS_MAX_N", one_pass_max)
-        monkeypatch.setattr(ce_module, "SPLIT_SEG", 32)
+        tunables("cross_entropy", ONE_PASS_MAX_N=one_pass_max, SPLIT_SEG=32)
         x = _x((m, c), device, dtype=torch.bfloat16).requires_grad_(True)
         seen.clear()
         (g,) = torch.autograd.grad(cross_entropy(x, _t(m, c, device), label_smoothing=0.1), x)
@@ -183,8 +178,8 @@ def test_cross_entropy_allocates_no_float32_logit_sized_buffer(monkeypatch, devi
         assert big == [(torch.bfloat16, m * c)], big  # the gradient, nothing else
 
 
-def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_launch, monkeypatch, device):
-    monkeypatch.setattr(ce_module, "SYNC_TARGET_CHECK", True)  # the IndexError below, on a GPU too
+def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_launch, tunables, device):
+    tunables("cross_entropy", SYNC_TARGET_CHECK=True)  # the IndexError below, on a GPU too
     for name in _KERNELS:
         forbid_launch(ce_module, name)
     if ce_module._ce_smem is not None:
@@ -207,8 +202,8 @@ def test_cross_entropy_empty_input_returns_torchs_result_without_launch(forbid_l
 
 
 @pytest.mark.parametrize("bad", [7, -1, 1 << 40])
-def test_cross_entropy_out_of_range_target_raises_index_error(bad, monkeypatch, device):
-    monkeypatch.setattr(ce_module, "SYNC_TARGET_CHECK", True)  # on a GPU: ROOFKIT_CE_CHECK_TARGETS=1
+def test_cross_entropy_out_of_range_target_raises_index_error(bad, tunables, device):
+    tunables("cross_entropy", SYNC_TARGET_CHECK=True)  # on a GPU: ROOFKIT_CE_CHECK_TARGETS=1
     x = _x((5, 7), device)
     t = torch.tensor([1, -100, bad, 3, bad], device=device)
     for requires_grad in (False, True):
@@ -220,10 +215,10 @@ def test_cross_entropy_out_of_range_target_raises_index_error(bad, monkeypatch, 
 
 
 @pytest.mark.gpu
-def test_cross_entropy_out_of_range_target_on_gpu_gives_nan_without_waiting(monkeypatch):
+def test_cross_entropy_out_of_range_target_on_gpu_gives_nan_without_waiting(tunables):
     # By default a GPU call never reads back to the host (it captures in a CUDA graph): the
     # out-of-range rows give NaN, the others their loss.
-    monkeypatch.setattr(ce_module, "SYNC_TARGET_CHECK", False)
+    tunables("cross_entropy", SYNC_TARGET_CHECK=False)
     x = _x((5, 7), "cuda")
     t = torch.tensor([1, -100, 7, 3, -1], device="cuda")
     loss = cross_entropy(x, t, reduction="none")
@@ -292,14 +287,14 @@ def test_cross_entropy_cost_counts_one_read_and_one_gradient_write():
     assert ce_module.cross_entropy_cost(k, torch.float32).flops == 6 * 30
 
 
-def test_cross_entropy_launch_heuristic_paths(monkeypatch):
+def test_cross_entropy_launch_heuristic_paths(tunables):
     lc = ce_module._launch_config  # no device: up to MAX_SPLITS programs per row, one "SM"
     assert lc(4096, 8192, True) == ce_module.Config(True, 1, 4096, 8)
     assert lc(100, 8192, True).BLOCK_M == 16
     # With a gradient and more rows than SMs: the online form (measured faster on the H200).
     assert lc(128256, 8192, True) == ce_module.Config(False, 1, 8192, 16)
     # Split forms, as taken when rows are fewer than the limit allows:
-    monkeypatch.setattr(ce_module, "GRAD_SPLIT_MAX_ROWS_PER_SM", 10**6)
+    tunables("cross_entropy", GRAD_SPLIT_MAX_ROWS_PER_SM=10**6)
     assert lc(128256, 8192, True) == ce_module.Config(True, 1, 16384, 32, splits=8)
     assert lc(128256, 8192, True, None, True, True) == ce_module.Config(True, 1, 8192, 16, splits=16)
     assert lc(50257, 16384, True).splits == 4 and lc(262144, 4096, True).splits == 16
@@ -357,7 +352,7 @@ class _FakeLogits:
 
 
 @pytest.fixture
-def h200_like(monkeypatch):
+def h200_like(monkeypatch, tunables):
     """A device with 132 SMs and 227 KB of shared memory per block, as the H200 reports."""
     if ce_module._ce_smem is None:
         pytest.skip("this Triton has no Gluon: the staged-row kernel is not built")
@@ -365,10 +360,10 @@ def h200_like(monkeypatch):
     monkeypatch.setattr(ce_module, "sm_count", lambda device: 132)
     monkeypatch.setattr(ce_module, "shared_memory_limits", lambda index: (232448, 233472))
     monkeypatch.setattr(ce_module.torch.cuda, "get_device_capability", lambda index=None: (9, 0))
-    monkeypatch.setattr(ce_module, "SMEM_PATH", True)
+    tunables("cross_entropy", SMEM_PATH=True)
 
 
-def test_cross_entropy_smem_plan_rules(h200_like, monkeypatch):
+def test_cross_entropy_smem_plan_rules(h200_like, monkeypatch, tunables):
     plan = ce_module._smem_plan
     # The acceptance shape: 14 chunks of 8192 classes in shared memory, 2 read twice (10.6 %).
     assert plan(_FakeLogits((8192, 128256)), True, False) == ce_module.SmemPlan(14, 2)
@@ -392,7 +387,7 @@ def test_cross_entropy_smem_plan_rules(h200_like, monkeypatch):
     monkeypatch.setattr(ce_module.torch.cuda, "get_device_capability", lambda index=None: (7, 5))
     assert plan(_FakeLogits((8192, 128256)), True, False) is None  # no cp.async before sm_80
     monkeypatch.setattr(ce_module.torch.cuda, "get_device_capability", lambda index=None: (9, 0))
-    monkeypatch.setattr(ce_module, "SMEM_PATH", False)
+    tunables("cross_entropy", SMEM_PATH=False)
     assert plan(_FakeLogits((8192, 128256)), True, False) is None  # ROOFKIT_CE_SMEM=0
 
 
@@ -491,7 +486,7 @@ def test_cross_entropy_smem_kernel_compiles_for_sm90_within_its_shared_memory(tm
 
 
 @pytest.mark.gpu
-def test_cross_entropy_smem_path_is_taken_and_matches_the_online_path(monkeypatch):
+def test_cross_entropy_smem_path_is_taken_and_matches_the_online_path(tunables):
     # The acceptance shape's rows take the staged-row kernel on a GPU like the H200 (the plan
     # read from the device), and it agrees with the online two-pass kernel row by row.
     x = (3 * torch.randn(264, 128256, device="cuda")).to(torch.bfloat16).requires_grad_(True)
@@ -500,7 +495,7 @@ def test_cross_entropy_smem_path_is_taken_and_matches_the_online_path(monkeypatc
     assert ce_module._smem_plan(x.detach(), True, False) is not None
     out = {}
     for smem in (True, False):
-        monkeypatch.setattr(ce_module, "SMEM_PATH", smem)
+        tunables("cross_entropy", SMEM_PATH=smem)
         loss = cross_entropy(x, t, reduction="none", label_smoothing=0.1)
         out[smem] = (loss.float(), torch.autograd.grad(loss.sum(), x)[0].float())
     torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-5, atol=1e-5)

@@ -82,14 +82,14 @@ def test_embedding_bag_matches_float64_reference(device):
     assert report.rows and report.passed, report.summary()
 
 
-def test_embedding_bag_span_boundaries_fixup_and_column_blocks(monkeypatch, device):
+def test_embedding_bag_span_boundaries_fixup_and_column_blocks(monkeypatch, tunables, device):
     # Tiny tiles: bags walked 2 indices per step over 8-column blocks; the sorted entries cut in
     # spans of 8 (2 chunks of 4), so runs of repeated indices cross many spans and the fix-up
     # kernel walks its partials 2 at a time (several steps of its loop).
     monkeypatch.setattr(eb, "_fwd_config", lambda *a: eb.FwdConfig(2, 8, 1, 3))
     monkeypatch.setattr(eb, "_fwd_single_config", lambda *a: eb.FwdConfig(2, 8, 1))
     monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(4, 8, 8, 1))
-    monkeypatch.setattr(eb, "FIXUP_BLOCK_P", 2)
+    tunables("embedding_bag", FIXUP_BLOCK_P=2)
     # One seed, the max ties in float16 (16-bit stores) and the others in float32, column tails
     # at dim 13 over 3 indices a bag (the spec's dim 37, its other dtypes and its three seeds run
     # in the registry-wide test).
@@ -108,11 +108,11 @@ def test_embedding_bag_span_boundaries_fixup_and_column_blocks(monkeypatch, devi
 
 
 @pytest.mark.parametrize("cfg", [(4, 8, 4, 1), (8, 4, 16, 1), (2, 8, 6, 2)])
-def test_embedding_bag_hot_row_over_many_spans_is_deterministic(cfg, monkeypatch, device):
+def test_embedding_bag_hot_row_over_many_spans_is_deterministic(cfg, monkeypatch, tunables, device):
     # Spans of 4 to 16 sorted entries walked 2 to 8 at a time (the next chunk's entries loaded
     # ahead), column blocks of 4 or 8; the fix-up walks the hot row's partials 2 at a time.
     monkeypatch.setattr(eb, "_bwd_config", lambda n, d, dev: eb.BwdConfig(*cfg))
-    monkeypatch.setattr(eb, "FIXUP_BLOCK_P", 2)
+    tunables("embedding_bag", FIXUP_BLOCK_P=2)
     w = _weight(10, 8, device).requires_grad_(True)
     inp = torch.tensor([3] * 37 + [1, 4, 3, 3, 7], device=device)  # index 3 over ~10 spans of 4
     off = torch.tensor([0, 5, 5, 20, 33], device=device)
@@ -311,8 +311,8 @@ def test_embedding_bag_default_mode_is_mean(device):
 
 
 @pytest.mark.parametrize("early", [True, False])
-def test_embedding_bag_out_of_range_index_raises_index_error(early, monkeypatch, device):
-    monkeypatch.setattr(eb, "EARLY_CHECK", early)  # the check kernel, or the gather kernel's own flags
+def test_embedding_bag_out_of_range_index_raises_index_error(early, tunables, device):
+    tunables("embedding_bag", EARLY_CHECK=early)  # the check kernel, or the gather kernel's own flags
     w = _weight(10, 4, device)
     off = torch.tensor([0, 2], device=device)
     for bad in (10, 12345, -1):
@@ -325,8 +325,8 @@ def test_embedding_bag_out_of_range_index_raises_index_error(early, monkeypatch,
 @pytest.mark.parametrize("offsets,ilo", [([1, 2], False), ([0, 3, 2], False), ([0, 5], False), ([0, 2, 9], True),
                                         ([0, 2, 3], True), ([0, -1], False)])
 @pytest.mark.parametrize("early", [True, False])
-def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, early, monkeypatch, device):
-    monkeypatch.setattr(eb, "EARLY_CHECK", early)
+def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, early, tunables, device):
+    tunables("embedding_bag", EARLY_CHECK=early)
     w = _weight(10, 4, device)
     inp = torch.tensor([1, 2, 3, 4], device=device)
     off = torch.tensor(offsets, device=device)
@@ -335,10 +335,10 @@ def test_embedding_bag_bad_offsets_raise_value_error(offsets, ilo, early, monkey
 
 
 @pytest.mark.parametrize("where", ["index", "offset"])
-def test_embedding_bag_bad_input_past_the_first_check_program_raises(where, monkeypatch, device):
+def test_embedding_bag_bad_input_past_the_first_check_program_raises(where, tunables, device):
     # The input check runs CHECK_BLOCK indices / bags per program: a bad value in the third
     # program's block of seven (and a valid call of the same size) shows every program is checked.
-    monkeypatch.setattr(eb, "CHECK_BLOCK", 16)
+    tunables("embedding_bag", CHECK_BLOCK=16)
     w = _weight(10, 4, device)
     g = torch.Generator().manual_seed(3)
     inp = torch.randint(0, 10, (100,), generator=g)

@@ -193,3 +193,23 @@ def test_glu_linear_compiles_fullgraph_with_backward(device):
     torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-5)
     for a, b in zip(grads, torch.autograd.grad(out2.sum(), ref)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_glu_linear_zero_features_and_autocast(device):
+    # in_features or out_features 0 (torch's expression takes them), and autocast: the unfused
+    # form, whose projection autocast casts (a backward outside autocast then works)
+    g = torch.Generator().manual_seed(5)
+    for inter, out in ((0, 4), (8, 0)):
+        gate, up = (torch.randn(3, inter, generator=g).to(device).requires_grad_() for _ in range(2))
+        w = torch.randn(out, inter, generator=g).to(device).requires_grad_()
+        y = glu.glu_linear(gate, up, w)
+        assert y.shape == (3, out)
+        dg, du, dw = torch.autograd.grad(y, (gate, up, w), torch.ones_like(y), allow_unused=True)
+        assert dw.shape == w.shape and not dw.any() and dg.shape == gate.shape
+    gate, up = (t.requires_grad_() for t in _pair((4, 8), device))
+    w = torch.randn(3, 8, device=device, requires_grad=True)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        y = glu.glu_linear(gate, up, w)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert w.grad.dtype == torch.float32 and gate.grad is not None

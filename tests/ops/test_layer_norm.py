@@ -25,13 +25,12 @@ def _x(shape, device, dtype=torch.float32, seed=0):
 
 
 @pytest.mark.parametrize("one_pass_max,programs_per_sm", [(64, 4), (16384, 1), (16384, 1000)])
-def test_layer_norm_all_kernel_paths_match_reference(one_pass_max, programs_per_sm, monkeypatch, device):
+def test_layer_norm_all_kernel_paths_match_reference(one_pass_max, programs_per_sm, tunables, device):
     # Chunked forward and backward on short rows (ragged last chunk); one program per SM; one
     # program per row block.
-    monkeypatch.setattr(ln_module, "ONE_PASS_MAX_N", one_pass_max)
-    monkeypatch.setattr(ln_module, "BWD_ONE_PASS_MAX_N", min(one_pass_max, ln_module.BWD_ONE_PASS_MAX_N))
-    monkeypatch.setattr(ln_module, "LOOP_BLOCK_N", 32)
-    monkeypatch.setattr(ln_module, "PROGRAMS_PER_SM", programs_per_sm)
+    tunables("layer_norm", ONE_PASS_MAX_N=one_pass_max,
+             BWD_ONE_PASS_MAX_N=min(one_pass_max, ln_module.BWD_ONE_PASS_MAX_N), LOOP_BLOCK_N=32,
+             PROGRAMS_PER_SM=programs_per_sm)
     cases = [SPEC.case("odd_3x7"), SPEC.case("no_bias_5x96"), SPEC.case("transposed_16x33"),
              case("mean_offset_9x100", shape=(9, 100), shift=1e3, dtypes=(torch.float32,)),
              case("no_weight_11x70", shape=(11, 70), weight=False, dtypes=(torch.bfloat16,))]

@@ -27,9 +27,8 @@ def _inputs(device, n=11, h=16, v=23, seed=0, dtype=torch.float32):
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_chunks_match_the_unfused_float64_sequence_with_every_gradient(reduction, device, monkeypatch):
-    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 4)  # 11 tokens: chunks of 4, 4 and 3
-    monkeypatch.setattr(lce, "CHUNKS", 3)
+def test_chunks_match_the_unfused_float64_sequence_with_every_gradient(reduction, device, tunables):
+    tunables("linear_cross_entropy", MIN_CHUNK_ROWS=4, CHUNKS=3)  # 11 tokens: chunks of 4, 4 and 3
     x, w, b, t, cw = _inputs(device)
     x, w, b = (a.requires_grad_() for a in (x, w, b))
     kw = dict(weight=cw, reduction=reduction, label_smoothing=0.1)
@@ -95,9 +94,8 @@ def test_compiles_fullgraph_with_backward(device):
     torch.testing.assert_close(gw, gw2, rtol=1e-4, atol=1e-6)
 
 
-def test_class_weight_any_layout_and_sign(device, monkeypatch):
-    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 4)
-    monkeypatch.setattr(lce, "CHUNKS", 3)
+def test_class_weight_any_layout_and_sign(device, tunables):
+    tunables("linear_cross_entropy", MIN_CHUNK_ROWS=4, CHUNKS=3)
     x, w, _, t, _ = _inputs(device)
     x.requires_grad_()
     for cw in (torch.rand(2 * w.shape[0]).to(device)[::2],  # strided
@@ -114,11 +112,10 @@ def test_class_weight_any_layout_and_sign(device, monkeypatch):
         roofkit.linear_cross_entropy(x, w, t, weight=torch.rand(w.shape[0], device=device, requires_grad=True))
 
 
-def test_out_of_range_target_is_reported_by_this_op_at_its_position(device, monkeypatch):
+def test_out_of_range_target_is_reported_by_this_op_at_its_position(device, tunables):
     if device.type != "cpu":
         pytest.skip("on a GPU the targets are not read back (ROOFKIT_CE_CHECK_TARGETS=1 checks them)")
-    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 3)
-    monkeypatch.setattr(lce, "CHUNKS", 3)
+    tunables("linear_cross_entropy", MIN_CHUNK_ROWS=3, CHUNKS=3)
     x, w, _, t, _ = _inputs(device, n=9)
     t = t.clamp(min=0)
     t[7] = 99
@@ -133,11 +130,10 @@ def test_zero_hidden_size(device):
     torch.testing.assert_close(got, F.cross_entropy(b.expand(4, -1), t), rtol=1e-5, atol=1e-6)
 
 
-def test_frozen_weight_and_a_second_backward(device, monkeypatch):
+def test_frozen_weight_and_a_second_backward(device, tunables):
     """A frozen output layer (LoRA) gets no weight gradient and costs none; the gradients are
     made in the forward and scaled in place, so a second backward of one forward is refused."""
-    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 4)
-    monkeypatch.setattr(lce, "CHUNKS", 3)
+    tunables("linear_cross_entropy", MIN_CHUNK_ROWS=4, CHUNKS=3)
     x, w, b, t, _ = _inputs(device)
     x.requires_grad_()
     loss = roofkit.linear_cross_entropy(x, w, t, linear_bias=b)
@@ -151,11 +147,10 @@ def test_frozen_weight_and_a_second_backward(device, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_16_bit_chunks_accumulate_the_weight_gradient_in_its_dtype(dtype, device, monkeypatch):
+def test_16_bit_chunks_accumulate_the_weight_gradient_in_its_dtype(dtype, device, tunables):
     """Several chunks in a 16-bit dtype: the weight gradient accumulated in place in bf16 / fp16
     (one rounding per chunk), the input gradient written per chunk; within 16-bit rounding."""
-    monkeypatch.setattr(lce, "MIN_CHUNK_ROWS", 4)
-    monkeypatch.setattr(lce, "CHUNKS", 3)
+    tunables("linear_cross_entropy", MIN_CHUNK_ROWS=4, CHUNKS=3)
     x, w, b, t, cw = _inputs(device, dtype=dtype)
     x, w, b = (a.requires_grad_() for a in (x, w, b))
     loss = roofkit.linear_cross_entropy(x, w, t, linear_bias=b, weight=cw, label_smoothing=0.1)

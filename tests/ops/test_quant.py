@@ -58,11 +58,11 @@ _TMA_CASES = ["kmajor_b_row_col_40x48x64", "row_major_b_40x48x64", "col_only_out
 
 
 @pytest.mark.parametrize("spec_name", ["INT8_MATMUL_SPEC", "SCALED_MM_SPEC"])
-def test_gemm_tensor_descriptor_path_matches_reference(spec_name, monkeypatch, device, fp8_inputs_comparable):
+def test_gemm_tensor_descriptor_path_matches_reference(spec_name, tunables, device, fp8_inputs_comparable):
     # The interpreter runs the TMA (tensor-descriptor) branch too when forced: same indexing,
     # zero fill past the edges, b read as its (N, K) transpose.
     spec = getattr(quant, spec_name)
-    monkeypatch.setattr(gemm, "TMA_MODE", "force")
+    tunables("int8_matmul", TMA_MODE="force")
     c = spec.case("kmajor_b_row_col_40x48x64")
     inp = spec.make_inputs(c, spec.dtypes[0], torch.Generator().manual_seed(0), device)
     assert gemm._tma_ok(inp.args[0], inp.args[1])
@@ -73,16 +73,16 @@ def test_gemm_tensor_descriptor_path_matches_reference(spec_name, monkeypatch, d
     assert report.passed, report.summary()
 
 
-def test_gemm_layout_choice_of_tma_mode(monkeypatch, device):
+def test_gemm_layout_choice_of_tma_mode(tunables, device):
     a = torch.zeros(64, 32, dtype=torch.int8, device=device)
     b = torch.zeros(48, 32, dtype=torch.int8, device=device).t()
-    monkeypatch.setattr(gemm, "TMA_MODE", "off")
+    tunables("int8_matmul", TMA_MODE="off")
     assert not gemm._tma_ok(a, b)
-    monkeypatch.setattr(gemm, "TMA_MODE", "force")
+    tunables("int8_matmul", TMA_MODE="force")
     assert gemm._tma_ok(a, b)
     assert not gemm._tma_ok(a[:, 1:], b[1:])  # misaligned rows: pointer path
     if not torch.cuda.is_available():
-        monkeypatch.setattr(gemm, "TMA_MODE", "auto")
+        tunables("int8_matmul", TMA_MODE="auto")
         assert not gemm._tma_ok(a, b)  # never on the interpreter by default
 
 
@@ -154,16 +154,15 @@ def test_quantize_non_finite_input_gives_non_finite_scale(device):
     assert torch.isinf(s_inf)
 
 
-def test_quantize_many_splits_agree_with_one(monkeypatch, device):
+def test_quantize_many_splits_agree_with_one(tunables, device):
     # The min/max reduction split over many programs (partials combined in a fixed order)
     # gives the same bits as a single program per channel block.
     x = _randn((64, 40), device, scale=3.0, seed=3)
     x[50, 3] = 40.0
     x[5, 30] = -17.0
-    monkeypatch.setattr(affine, "ELEMWISE_TILE", 64)
-    monkeypatch.setattr(affine, "MINMAX_PROGRAMS_PER_SM", 0)
+    tunables("quantize", ELEMWISE_TILE=64, MINMAX_PROGRAMS_PER_SM=0)
     one = quantize(x)
-    monkeypatch.setattr(affine, "MINMAX_PROGRAMS_PER_SM", 64)
+    tunables("quantize", MINMAX_PROGRAMS_PER_SM=64)
     many = quantize(x)
     ref = quant.quantize_torch(x)
     for a, b, r in zip(one, many, ref):

@@ -51,10 +51,8 @@ def _split_cases(spec):
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "amax"])
-def test_reduce_split_paths_match_reference(name, monkeypatch, device):
-    monkeypatch.setattr(reduce_module, "TILE_BYTES", 256)
-    monkeypatch.setattr(reduce_module, "COL_SEGMENT_BYTES", 32)
-    monkeypatch.setattr(reduce_module, "MAX_CHUNKS_PER_PROGRAM", 2)
+def test_reduce_split_paths_match_reference(name, monkeypatch, tunables, device):
+    tunables("sum", TILE_BYTES=256, COL_SEGMENT_BYTES=32, MAX_CHUNKS_PER_PROGRAM=2)
     rows = reduce_module._rows_config(1, 781, 4, device)
     cols = reduce_module._cols_config(1, 33, 16, 4, device)
     assert rows.splits > 1 and rows.chunks_per_split * rows.splits >= math.ceil(781 / rows.BLOCK_N)
@@ -141,8 +139,8 @@ def test_reduce_layout_avoids_copies_for_permuted_inputs(device):
     assert src.is_contiguous() and src.data_ptr() != z.data_ptr()
 
 
-def test_amax_propagates_nan_like_torch(monkeypatch, device):
-    monkeypatch.setattr(reduce_module, "TILE_BYTES", 64)  # NaN inside a split, away from the ends
+def test_amax_propagates_nan_like_torch(tunables, device):
+    tunables("sum", TILE_BYTES=64)  # NaN inside a split, away from the ends
     x = _x((3, 300), device)
     x[1, 150] = float("nan")
     x[2, 7] = float("inf")

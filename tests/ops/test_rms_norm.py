@@ -44,13 +44,11 @@ def test_rms_norm_output_has_unit_rms_without_weight(device):
 
 
 @pytest.mark.parametrize("one_pass_max,programs_per_sm", [(64, 4), (16384, 1), (16384, 1000)])
-def test_rms_norm_all_kernel_paths_match_reference(one_pass_max, programs_per_sm, monkeypatch, device):
+def test_rms_norm_all_kernel_paths_match_reference(one_pass_max, programs_per_sm, tunables, device):
     # Loop path on short rows; one program per SM; one program per row. 19 x 301 (the spec's
     # prime_37x781 runs in the registry-wide test): 3 chunks of 128 with a ragged last one, and
     # more rows than the backward's programs (8 on 2 CPUs) so that programs walk several rows.
-    monkeypatch.setattr(rms_module, "ONE_PASS_MAX_N", one_pass_max)
-    monkeypatch.setattr(rms_module, "LOOP_BLOCK_N", 128)
-    monkeypatch.setattr(rms_module, "PROGRAMS_PER_SM", programs_per_sm)
+    tunables("rms_norm", ONE_PASS_MAX_N=one_pass_max, LOOP_BLOCK_N=128, PROGRAMS_PER_SM=programs_per_sm)
     loop = one_pass_max < 96  # prime_19x301 and no_weight_5x96 take the loop path (odd_3x7, 16x33 one pass)
     for n in (301, 96):
         assert rms_module._fwd_config(n).one_pass is not loop and rms_module._bwd_config(n).one_pass is not loop

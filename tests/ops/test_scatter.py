@@ -82,7 +82,7 @@ def _sequential_fp32(x, dim, idx, src, alpha=1.0):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_index_add_deterministic_is_bitwise_reproducible_and_in_index_order(dtype, monkeypatch, device):
+def test_index_add_deterministic_is_bitwise_reproducible_and_in_index_order(dtype, tunables, device):
     x = _randn((6, 5), device, dtype)
     idx = torch.randint(0, 6, (200,), generator=_gen(7)).to(device)
     idx[:50] = 2  # a hot destination
@@ -94,18 +94,17 @@ def test_index_add_deterministic_is_bitwise_reproducible_and_in_index_order(dtyp
         assert torch.equal(again.view(bits), first.view(bits))
     assert torch.equal(first, _sequential_fp32(x.cpu(), 0, idx.cpu(), src.cpu(), 0.5).to(device))
     # The order is fixed by the sort, not by the launch: other tiles give the same bits.
-    monkeypatch.setattr(launch, "SORTED_TILE", 16)
-    monkeypatch.setattr(launch, "UNROLL", 1)
+    tunables("scatter_add", SORTED_TILE=16, UNROLL=1)
     assert torch.equal(index_add(x, 0, idx, src, alpha=0.5, deterministic=True), first)
 
 
-def test_scatter_add_deterministic_element_mode_is_bitwise_reproducible(monkeypatch, device):
+def test_scatter_add_deterministic_element_mode_is_bitwise_reproducible(tunables, device):
     x = _randn((5, 7), device)
     idx = torch.randint(0, 5, (40, 7), generator=_gen(9)).to(device)
     src = _randn((40, 7), device, seed=10) * 1000
     first = scatter_add(x, 0, idx, src, deterministic=True)
     assert not launch._canonical(x, 0, idx, src, False).row_index
-    monkeypatch.setattr(launch, "SORTED_TILE", 8)
+    tunables("scatter_add", SORTED_TILE=8)
     assert torch.equal(scatter_add(x, 0, idx, src, deterministic=True).view(torch.int32), first.view(torch.int32))
     # Column by column, the same promised order as index_add.
     for j in range(7):
@@ -113,11 +112,11 @@ def test_scatter_add_deterministic_element_mode_is_bitwise_reproducible(monkeypa
         assert torch.equal(first[:, j].cpu(), want)
 
 
-def test_deterministic_long_segments_are_split_into_pieces(monkeypatch, device):
+def test_deterministic_long_segments_are_split_into_pieces(monkeypatch, tunables, device):
     # Pieces of 2 contributions: every mode (shared rows with several outer slices, batched
     # rows, element mode, and a destination region that is not the whole output) sums its long
     # segments through the piece kernel and still matches the reference, reproducibly.
-    monkeypatch.setattr(launch, "SPLIT_MIN", 2)
+    tunables("scatter_add", SPLIT_MIN=2)
     launches = []
     real = launch._scatter_add_piece_kernel
 
@@ -213,12 +212,12 @@ def test_out_of_range_index_raises_index_error(bad, deterministic, device):
 
 @pytest.mark.parametrize("width", [3, 8, 40])
 @pytest.mark.parametrize("where", [0, 4095, 4096, 9999])
-def test_range_check_before_the_adds(width, where, monkeypatch, device):
+def test_range_check_before_the_adds(width, where, monkeypatch, tunables, device):
     # Rows at least PRECHECK_MIN_WIDTH wide check the whole index before any add (a separate
     # range kernel over RANGE_BLOCK-index programs, the bad value in any of them), narrower rows
     # inside the atomic kernel; both raise, and neither touches input. A valid index passes
     # through the same paths with the right sums.
-    monkeypatch.setattr(launch, "RANGE_BLOCK", 4096 if device.type == "cuda" else 1024)
+    tunables("scatter_add", RANGE_BLOCK=4096 if device.type == "cuda" else 1024)
     calls = []
     real = launch._index_range_kernel
 
@@ -491,11 +490,11 @@ def test_capture_reads_nothing_back_and_matches_eager(kind, deterministic, monke
 
 
 @pytest.mark.parametrize("hot", [False, True])
-def test_capture_sums_in_the_eager_pieces(hot, monkeypatch, device):
+def test_capture_sums_in_the_eager_pieces(hot, monkeypatch, tunables, device):
     # Under capture the pieces run whenever L exceeds the piece length (nothing is read back to
     # know whether a destination does): with a hot destination they are the eager call's pieces,
     # without one they are all empty; either way the bits are the eager call's.
-    monkeypatch.setattr(launch, "SPLIT_MIN", 2)
+    tunables("scatter_add", SPLIT_MIN=2)
     launches = []
     real = launch._scatter_add_piece_kernel
 
@@ -548,10 +547,10 @@ def test_capture_skips_out_of_range_indices(kind, deterministic, monkeypatch, de
     assert torch.equal(gx, dy)
 
 
-def test_deterministic_path_reads_back_once(monkeypatch, device):
+def test_deterministic_path_reads_back_once(monkeypatch, tunables, device):
     # Whether an index was out of range and the longest segment, in one read; the pieces are sized
     # from the shapes (no second read for their number).
-    monkeypatch.setattr(launch, "SPLIT_MIN", 2)
+    tunables("scatter_add", SPLIT_MIN=2)
     reads = []
 
     def counted(name):

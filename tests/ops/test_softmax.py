@@ -69,16 +69,14 @@ def _spy_launch_configs(monkeypatch):
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-def test_softmax_online_path_matches_reference(op, monkeypatch, device):
+def test_softmax_online_path_matches_reference(op, monkeypatch, tunables, device):
     # Force the two-pass online kernel (forward and backward) onto short rows: rows of 129
     # (3 chunks of 64, a ragged last one), 300 (5 chunks) and 100 strided ones (2 chunks; the
     # spec's transposed_16x33 / dim0_33x16 rows of 33 fit one pass). 3 rows a case (the spec's
     # 8-row cases run in the registry-wide test); neg_inf makes row 0 all -inf. float32 and
     # bfloat16 as in the split-row test (float16 differs from bfloat16 in the conversions of the
     # loads and stores alone; the registry-wide test runs every dtype).
-    monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 64)
-    monkeypatch.setattr(softmax_module, "ONLINE_BLOCK_N", 64)
-    monkeypatch.setattr(softmax_module, "MAX_SPLITS", 0)
+    tunables("softmax", ONE_PASS_MAX_N=64, ONLINE_BLOCK_N=64, MAX_SPLITS=0)
     assert softmax_module._launch_config(129).one_pass is False
     seen = _spy_launch_configs(monkeypatch)
     cases = [case("neg_inf_3x129", shape=(3, 129), dist="neg_inf"),
@@ -94,14 +92,13 @@ def test_softmax_online_path_matches_reference(op, monkeypatch, device):
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-def test_softmax_split_row_path_matches_reference(op, monkeypatch, device):
+def test_softmax_split_row_path_matches_reference(op, monkeypatch, tunables, device):
     # Force the split-row kernels (forward and backward) onto short rows: 129 -> 5 segments of
     # 26 (a ragged last one), 40 -> 2 segments. Under the interpreter the two-launch form runs;
     # on the GPU the fused one (programs of a row wait for each other).
     # 3 rows (5 for the strided layouts) a case: the spec's 8- to 16-row ones run in the
     # registry-wide test; neg_inf makes row 0 all -inf.
-    monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 16)
-    monkeypatch.setattr(softmax_module, "SPLIT_SEG", 32)
+    tunables("softmax", ONE_PASS_MAX_N=16, SPLIT_SEG=32)
     cfg = softmax_module._launch_config(129)
     assert cfg.splits == 5 and cfg.BLOCK_N == 32
     seen = _spy_launch_configs(monkeypatch)
@@ -117,11 +114,10 @@ def test_softmax_split_row_path_matches_reference(op, monkeypatch, device):
     assert seen and all(c.splits in (2, 5) for c in seen) and any(c.splits == 5 for c in seen), set(seen)
 
 
-def test_softmax_split_row_all_minus_inf_segment_is_finite_elsewhere(monkeypatch, device):
+def test_softmax_split_row_all_minus_inf_segment_is_finite_elsewhere(tunables, device):
     # One segment of a row entirely -inf (its partial max is -inf): the row stays finite and
     # those entries are exactly 0; a fully -inf row is NaN, as in torch.
-    monkeypatch.setattr(softmax_module, "ONE_PASS_MAX_N", 16)
-    monkeypatch.setattr(softmax_module, "SPLIT_SEG", 32)
+    tunables("softmax", ONE_PASS_MAX_N=16, SPLIT_SEG=32)
     x = _x((3, 100), device)
     x[0, :40] = float("-inf")
     x[2] = float("-inf")
