@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,12 +25,13 @@ import triton
 import triton.language as tl
 
 from ..harness import baselines
-from ..harness.inputs import random_tensor, with_layout
+from ..harness.inputs import with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_same_device, check_same_dtype, check_tensor, next_pow2, sm_count, cdiv
+from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_tensor, next_pow2
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
-from .rms_norm import _as_shape
+from ._norm import (Config, as_shape, bwd_grid, check_param, eps_as_float, fwd_grid, gpu_row_cases, host_suite,
+                    layout_cases, random_input, random_weight, row_cases, value_cases)
 
 # ----------------------------------------------------------------------------- reference, cost
 
@@ -84,17 +83,6 @@ ONE_PASS_MAX_N = 16384  # longest row the forward holds on chip (elements)
 BWD_ONE_PASS_MAX_N = 8192  # the backward also holds two fp32 accumulator rows: a lower bound
 LOOP_BLOCK_N = 4096  # chunk of a longer row per loop iteration
 PROGRAMS_PER_SM = 2  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
-
-
-class Config(NamedTuple):
-    """Launch configuration; ``programs_per_sm`` > 0 makes the grid persistent."""
-
-    one_pass: bool
-    BLOCK_M: int
-    BLOCK_N: int
-    num_warps: int
-    programs_per_sm: int = 0
-    loop_stages: int = 1  # software-pipelining depth of the backward's row loop
 
 
 def _fwd_config(n: int) -> Config:
@@ -409,9 +397,7 @@ def _layer_norm_forward(x, weight, bias, norm_ndim: int, eps: float, config: Con
     xr = _rows(x, n)
     yr = y.view(-1, n)
     cfg = config or _fwd_config(n)
-    grid = cdiv(m, cfg.BLOCK_M)
-    if cfg.programs_per_sm:
-        grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
+    grid = fwd_grid(m, cfg, x.device)
     # The kernels index weight and bias as flat contiguous rows of n: passed as they are when
     # contiguous (the public function makes them so), never read without HAS_WEIGHT / HAS_BIAS.
     w = _flat(weight) if weight is not None else xr
@@ -440,9 +426,7 @@ def _layer_norm_backward(dy, x, weight, has_bias: bool, mean, rstd, norm_ndim: i
     dyr = _rows(dy, n)
     dxr = dx.view(-1, n)
     cfg = config or _bwd_config(n)
-    g = max(1, min(cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
-    rows_per_program = cdiv(m, g)
-    g = cdiv(m, rows_per_program)
+    g, rows_per_program = bwd_grid(m, cfg, x.device)
     # Buffers a configuration does not use are not allocated: an fp32 tensor at hand stands in
     # (never read or written: partials without HAS_WEIGHT / HAS_BIAS, row constants on ONE_PASS).
     dw_part = torch.empty((g, n), dtype=torch.float32, device=x.device) if has_w else rstd
@@ -520,15 +504,6 @@ _layer_norm_fwd_op = Op("roofkit::layer_norm_fwd", _layer_norm_fwd, _layer_norm_
 # ----------------------------------------------------------------------------- public function
 
 
-def _check_param(op: str, name: str, t, input: torch.Tensor, normalized_shape: tuple[int, ...]) -> torch.Tensor:
-    check_tensor(op, name, t)
-    check_same_device(op, name, t, input)
-    if tuple(t.shape) != normalized_shape:
-        raise ValueError(f"roofkit.{op}: {name} must have shape {normalized_shape} (normalized_shape), got {tuple(t.shape)}")
-    check_same_dtype(op, name, t, input)
-    return t.contiguous()
-
-
 @planned
 def layer_norm(
     input: torch.Tensor,
@@ -576,7 +551,7 @@ def layer_norm(
     """
     op = "layer_norm"
     check_tensor(op, "input", input)
-    normalized_shape = _as_shape(op, normalized_shape)
+    normalized_shape = as_shape(op, normalized_shape)
     k = len(normalized_shape)
     if k == 0 or k > input.dim() or tuple(input.shape[input.dim() - k:]) != normalized_shape:
         raise ValueError(
@@ -584,15 +559,10 @@ def layer_norm(
             f"got {normalized_shape} for input of shape {tuple(input.shape)}"
         )
     if weight is not None:
-        weight = _check_param(op, "weight", weight, input, normalized_shape)
+        weight = check_param(op, "weight", weight, input, normalized_shape, " (normalized_shape)")
     if bias is not None:
-        bias = _check_param(op, "bias", bias, input, normalized_shape)
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"roofkit.{op}: eps must be a real number, got {type(eps).__name__}")
-    try:
-        eps = float(eps)
-    except OverflowError:
-        raise ValueError(f"roofkit.{op}: eps {eps} does not fit a float") from None
+        bias = check_param(op, "bias", bias, input, normalized_shape, " (normalized_shape)")
+    eps = eps_as_float(op, eps, "a real number")
     if not (eps >= 0 and math.isfinite(eps)):
         raise ValueError(f"roofkit.{op}: eps must be finite and >= 0, got {eps}")
     y, _, _ = _layer_norm_fwd_op.apply(input, weight, bias, k, eps)
@@ -605,8 +575,7 @@ def layer_norm(
 def _make_inputs(case, dtype, generator, device) -> Inputs:
     shape = tuple(case["shape"])
     k = case.get("norm_dims", 1)
-    x = random_tensor(shape, dtype, generator, device, case.get("dist", "normal"),
-                      magnitude=case.get("magnitude", 1e2), layout=case.get("layout", "contiguous"))
+    x = random_input(case, shape, dtype, generator, device)
     if case.get("shift"):
         # A large common offset: the variance must come from centred values, not E[x^2]-E[x]^2.
         x = x + case["shift"]
@@ -615,7 +584,7 @@ def _make_inputs(case, dtype, generator, device) -> Inputs:
     weight = bias = None
     if case.get("weight", True):
         # Not all ones (nor the bias zeros): an implementation ignoring either must fail.
-        weight = (1.0 + 0.5 * torch.randn(pshape, generator=generator, device=gdev)).to(device=device, dtype=dtype)
+        weight = random_weight(pshape, dtype, generator, device)
     if case.get("bias", True):
         bias = (0.5 * torch.randn(pshape, generator=generator, device=gdev)).to(device=device, dtype=dtype)
     if case.get("param_layout") and weight is not None:
@@ -627,36 +596,21 @@ _F32 = (torch.float32,)
 _BF16 = (torch.bfloat16,)
 
 CASES = [
-    case("tiny_1x1", ["quick"], shape=(1, 1)),
-    case("odd_3x7", ["quick"], shape=(3, 7)),
-    case("prime_37x781", shape=(37, 781)),
-    case("row_4096", ["quick"], shape=(6, 4096)),
-    case("leading_dims_2x3x50", shape=(2, 3, 50)),
+    *row_cases(),
     case("two_norm_dims_2x3x4x5", shape=(2, 3, 4, 5), norm_dims=2),
     case("all_dims_normalized_3x5x7", shape=(3, 5, 7), norm_dims=3),
     case("no_weight_5x96", shape=(5, 96), weight=False),
     case("no_bias_5x96", shape=(5, 96), bias=False),
     case("no_affine_5x96", shape=(5, 96), weight=False, bias=False),
-    case("long_row_loop_3x20000", shape=(3, 20000), dtypes=_F32),
-    case("transposed_16x33", shape=(16, 33), layout="transposed"),
-    case("offset_9x65", shape=(9, 65), layout="offset"),
-    case("strided_9x65", shape=(9, 65), layout="strided"),
-    case("eps_large_8x64", shape=(8, 64), eps=0.5),
+    *layout_cases(),
     case("eps_zero_8x64", shape=(8, 64), eps=0.0),
     case("mean_offset_1e3_8x300", shape=(8, 300), shift=1e3, dtypes=_F32),
     case("many_rows_130x33", shape=(130, 33)),
     case("expanded_rows_5x40", shape=(5, 40), layout="expanded"),
     case("strided_weight_grad_7x48", shape=(7, 48), param_layout="strided", grad_layout="transposed"),
-    case("magnitude_1e3_8x300", shape=(8, 300), dist="large", magnitude=1e3),
-    case("ties_8x129", shape=(8, 129), dist="ties"),
-    case("arange_5x1000", shape=(5, 1000), dist="arange"),
-    case("nan_8x129", shape=(8, 129), dist="nan", grad=False),
-    case("empty_rows_0x7", ["quick"], shape=(0, 7)),
-    case("empty_cols_5x0", shape=(5, 0)),
+    *value_cases(),
     # On the GPU (``pytest -m gpu``): the acceptance shapes and each kernel path.
-    case("gpu_row_1", ["gpu"], shape=(4096, 1)),
-    case("gpu_row_781", ["gpu"], shape=(1000, 781)),
-    case("gpu_row_4096", ["gpu"], shape=(2048, 4096)),
+    *gpu_row_cases(),
     case("gpu_row_8192", ["gpu"], shape=(1024, 8192)),
     case("gpu_row_16384_bwd_loop", ["gpu"], shape=(300, 16384)),
     case("gpu_row_65536", ["gpu"], shape=(64, 65536)),
@@ -691,11 +645,7 @@ SUITES = {
         case("row_65536_2048x65536", shape=(2048, 65536), dtypes=_BF16),
         case("row_65536_2048x65536_fwd_bwd", shape=(2048, 65536), dtypes=_BF16, mode="fwd_bwd"),
     ],
-    # host: decoding 8 sequences one token at a time, where the host's cost per call is the time.
-    "host": [
-        case("hidden_8x4096", shape=(8, 4096), dtypes=_BF16),
-        case("hidden_8x4096_fwd_bwd", shape=(8, 4096), dtypes=_BF16, mode="fwd_bwd"),
-    ],
+    "host": host_suite(),
 }
 
 
@@ -706,7 +656,7 @@ def _liger():
         return None
 
     def run(input, normalized_shape, weight=None, bias=None, eps=DEFAULT_EPS):
-        shape = _as_shape("layer_norm", normalized_shape)
+        shape = as_shape("layer_norm", normalized_shape)
         if weight is None or bias is None or len(shape) != 1:
             raise NotImplementedError("Liger's LayerNorm needs a weight, a bias and one normalized dimension")
         return LigerLayerNormFunction.apply(input, weight, bias, eps)

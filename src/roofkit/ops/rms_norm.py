@@ -14,9 +14,6 @@ Source: Zhang & Sennrich, "Root Mean Square Layer Normalization" (2019); Triton 
 from __future__ import annotations
 
 import math
-import numbers
-import operator
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +24,9 @@ from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
 from ._jit import _round_for_store
-from ._common import (FLOAT_DTYPES, bf16_rne, cdiv, check_same_device,
-                      check_same_dtype, check_tensor, next_pow2, rows_of, sm_count)
+from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_same_dtype, check_tensor, next_pow2, rows_of
+from ._norm import (Config, as_shape, bwd_grid, check_param, eps_as_float, fwd_grid, gpu_row_cases, host_suite,
+                    layout_cases, random_input, random_weight, row_cases, value_cases)
 from ._runtime import Op, Plans, cached_launch, fast_path_ok, needs_grad, planned
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -66,17 +64,6 @@ def rms_norm_cost(case, dtype: torch.dtype) -> Cost:
 ONE_PASS_MAX_N = 16384  # longest row held on chip (elements)
 LOOP_BLOCK_N = 4096  # chunk of a longer row per loop iteration
 PROGRAMS_PER_SM = 2  # backward grid: G = PROGRAMS_PER_SM * SM count (capped by the row count)
-
-
-class Config(NamedTuple):
-    """Launch configuration; ``programs_per_sm`` > 0 makes the forward grid persistent."""
-
-    one_pass: bool
-    BLOCK_M: int
-    BLOCK_N: int
-    num_warps: int
-    programs_per_sm: int = 0
-    loop_stages: int = 1  # software-pipelining depth of the backward's row loop
 
 
 def _fwd_config(n: int, residual: bool = False) -> Config:
@@ -290,9 +277,7 @@ def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, 
     xr = _rows_unit_stride(x)
     yr = y.view(-1, n)
     cfg = config or _fwd_config(n, residual is not None)
-    grid = cdiv(m, cfg.BLOCK_M)
-    if cfg.programs_per_sm:
-        grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
+    grid = fwd_grid(m, cfg, x.device)
     w = weight if weight is not None else xr  # never read when HAS_WEIGHT is False
     resr, routr = (_rows_unit_stride(residual), rout.view(-1, n)) if residual is not None else (xr, yr)
     cached_launch(
@@ -319,9 +304,7 @@ def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None, dres: 
     dyr = _rows_unit_stride(dy)
     dxr = dx.view(-1, n)
     cfg = config or _bwd_config(n)
-    g = max(1, min(cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
-    rows_per_program = cdiv(m, g)
-    g = cdiv(m, rows_per_program)
+    g, rows_per_program = bwd_grid(m, cfg, x.device)
     alloc = torch.zeros if (has_w and not cfg.one_pass) else torch.empty
     partial = alloc((g, n) if has_w else (1, 1), dtype=torch.float32, device=x.device)
     w = weight if has_w else xr
@@ -389,47 +372,21 @@ _rms_norm_fwd_op = Op("roofkit::rms_norm_fwd", _rms_norm_fwd, _rms_norm_fwd_fake
 # ----------------------------------------------------------------------------- public function
 
 
-def _as_shape(op: str, normalized_shape) -> tuple[int, ...]:
-    """normalized_shape as a tuple of ints (int, sequence of ints, torch.Size); TypeError else."""
-    items = normalized_shape if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
-    out = []
-    for s in items:
-        if isinstance(s, bool):
-            raise TypeError(f"roofkit.{op}: normalized_shape must hold ints, got a bool")
-        try:
-            out.append(operator.index(s))
-        except TypeError:
-            raise TypeError(
-                f"roofkit.{op}: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
-            ) from None
-    return tuple(out)
-
-
 def _checked(op: str, input, normalized_shape, weight, eps) -> tuple[torch.Tensor | None, float]:
     """rms_norm's argument checks (shared with add_rms_norm): the contiguous weight and the eps
     as a float, or a TypeError / ValueError naming ``op`` and the argument."""
     check_tensor(op, "input", input)
-    normalized_shape = _as_shape(op, normalized_shape)
+    normalized_shape = as_shape(op, normalized_shape)
     if input.dim() == 0 or normalized_shape != tuple(input.shape[-1:]):
         raise ValueError(
             f"roofkit.{op}: normalized_shape must be the last dimension of input, "
             f"({input.shape[-1] if input.dim() else '?'},); got {normalized_shape} for input of shape {tuple(input.shape)}"
         )
     if weight is not None:
-        check_tensor(op, "weight", weight)
-        check_same_device(op, "weight", weight, input)
-        if tuple(weight.shape) != normalized_shape:
-            raise ValueError(f"roofkit.{op}: weight must have shape {normalized_shape}, got {tuple(weight.shape)}")
-        check_same_dtype(op, "weight", weight, input)
-        weight = weight.contiguous()
+        weight = check_param(op, "weight", weight, input, normalized_shape)
     if eps is None:
         eps = DEFAULT_EPS
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"roofkit.{op}: eps must be a real number or None, got {type(eps).__name__}")
-    try:
-        eps = float(eps)
-    except OverflowError:
-        raise ValueError(f"roofkit.{op}: eps {eps} does not fit a float") from None
+    eps = eps_as_float(op, eps, "a real number or None")
     if not eps >= 0:
         raise ValueError(f"roofkit.{op}: eps must be >= 0, got {eps}")
     return weight, eps
@@ -443,9 +400,7 @@ def _fwd_plan(x: torch.Tensor, weight: torch.Tensor | None, eps: float, grad: bo
     n = x.shape[-1]
     m = x.numel() // n
     cfg = _fwd_config(n)
-    grid = cdiv(m, cfg.BLOCK_M)
-    if cfg.programs_per_sm:
-        grid = min(grid, cfg.programs_per_sm * sm_count(x.device))
+    grid = fwd_grid(m, cfg, x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     y = torch.empty_like(x)
     launch = cached_launch(
@@ -519,9 +474,7 @@ def _bwd_bind(dy, x, weight, rstd):
     if not cfg.one_pass:  # the looping backward accumulates into zeroed partials: not planned
         dx, dw = _rms_norm_bwd_op(dy, x, weight, rstd)
         return dx, dw, None
-    g = max(1, min(cdiv(m, cfg.BLOCK_M), cfg.programs_per_sm * sm_count(x.device)))
-    rows_per_program = cdiv(m, g)
-    g = cdiv(m, rows_per_program)
+    g, rows_per_program = bwd_grid(m, cfg, x.device)
     dx = torch.empty_like(x)
     partial_shape = (g, n) if has_w else (1, 1)
     partial = torch.empty(partial_shape, dtype=torch.float32, device=x.device)
@@ -775,12 +728,11 @@ def add_rms_norm_cost(case, dtype: torch.dtype) -> Cost:
 
 def _make_inputs(case, dtype, generator, device) -> Inputs:
     shape = case["shape"]
-    x = random_tensor(shape, dtype, generator, device, case.get("dist", "normal"),
-                      magnitude=case.get("magnitude", 1e2), layout=case.get("layout", "contiguous"))
+    x = random_input(case, shape, dtype, generator, device)
     weight = None
     if case.get("weight", True):
         # Not all ones: an implementation that ignores the weight must fail.
-        weight = (1.0 + 0.5 * torch.randn(shape[-1:], generator=generator, device=generator.device)).to(device=device, dtype=dtype)
+        weight = random_weight(shape[-1:], dtype, generator, device)
     eps = case.get("eps", torch.finfo(dtype).eps)
     if case.get("weight_layout"):
         weight = with_layout(weight, case["weight_layout"])
@@ -788,33 +740,18 @@ def _make_inputs(case, dtype, generator, device) -> Inputs:
 
 
 CASES = [
-    case("tiny_1x1", ["quick"], shape=(1, 1)),
-    case("odd_3x7", ["quick"], shape=(3, 7)),
-    case("prime_37x781", shape=(37, 781)),
-    case("row_4096", ["quick"], shape=(6, 4096)),
-    case("leading_dims_2x3x50", shape=(2, 3, 50)),
+    *row_cases(),
     case("no_weight_5x96", shape=(5, 96), weight=False),
-    case("long_row_loop_3x20000", shape=(3, 20000), dtypes=(torch.float32,)),
-    case("transposed_16x33", shape=(16, 33), layout="transposed"),
-    case("offset_9x65", shape=(9, 65), layout="offset"),
-    case("strided_9x65", shape=(9, 65), layout="strided"),
-    case("eps_large_8x64", shape=(8, 64), eps=0.5),
+    *layout_cases(),
     case("eps_default_small_values_6x64", shape=(6, 64), eps="default", dist="large", magnitude=1e-3),
     case("many_rows_130x33", shape=(130, 33)),
     case("four_dims_2x3x4x20", shape=(2, 3, 4, 20)),
     case("expanded_rows_5x40", shape=(5, 40), layout="expanded"),
     case("strided_weight_grad_7x48", shape=(7, 48), weight_layout="strided", grad_layout="transposed"),
-    case("magnitude_1e3_8x300", shape=(8, 300), dist="large", magnitude=1e3),
-    case("ties_8x129", shape=(8, 129), dist="ties"),
-    case("arange_5x1000", shape=(5, 1000), dist="arange"),
-    case("nan_8x129", shape=(8, 129), dist="nan", grad=False),
-    case("empty_rows_0x7", ["quick"], shape=(0, 7)),
-    case("empty_cols_5x0", shape=(5, 0)),
+    *value_cases(),
     case("gpu_1823x781", ["gpu"], shape=(1823, 781), dtypes=(torch.float32,)),
     case("gpu_4000x4000", ["gpu"], shape=(4000, 4000), dtypes=(torch.float32,)),
-    case("gpu_row_1", ["gpu"], shape=(4096, 1)),
-    case("gpu_row_781", ["gpu"], shape=(1000, 781)),
-    case("gpu_row_4096", ["gpu"], shape=(2048, 4096)),
+    *gpu_row_cases(),
     case("gpu_row_32768", ["gpu"], shape=(300, 32768)),
     case("gpu_row_131072", ["gpu"], shape=(64, 131072)),
     case("gpu_row_262144", ["gpu"], shape=(32, 262144)),
@@ -844,11 +781,7 @@ SUITES = {
         case("hidden_65536x1024", shape=(65536, 1024), dtypes=_BF16),
         case("row_262144", shape=(512, 262144), dtypes=_BF16),
     ],
-    # host: decoding 8 sequences one token at a time, where the host's cost per call is the time.
-    "host": [
-        case("hidden_8x4096", shape=(8, 4096), dtypes=_BF16),
-        case("hidden_8x4096_fwd_bwd", shape=(8, 4096), dtypes=_BF16, mode="fwd_bwd"),
-    ],
+    "host": host_suite(),
 }
 
 
@@ -917,8 +850,7 @@ def _add_suites():
     for suite, hidden in {"llama3-8b": 4096, "llama3-70b": 8192, "qwen2-7b": 3584, "gemma-7b": 3072}.items():
         out[suite] = [case(f"hidden_8192x{hidden}", shape=(8192, hidden), dtypes=_BF16),
                       case(f"hidden_8192x{hidden}_fwd_bwd", shape=(8192, hidden), dtypes=_BF16, mode="fwd_bwd")]
-    out["host"] = [case("hidden_8x4096", shape=(8, 4096), dtypes=_BF16),
-                   case("hidden_8x4096_fwd_bwd", shape=(8, 4096), dtypes=_BF16, mode="fwd_bwd")]
+    out["host"] = host_suite()
     return out
 
 
