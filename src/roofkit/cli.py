@@ -199,7 +199,8 @@ def cmd_eval(args) -> int:
         return 2
     try:
         rep = evaluate(args.candidate, args.op, cases=args.cases, quick=args.quick, seeds=args.seeds,
-                       timeout_s=args.timeout, total_timeout_s=args.total_timeout, dtypes=dtypes or None)
+                       timeout_s=args.timeout, total_timeout_s=args.total_timeout, dtypes=dtypes or None,
+                       hidden=args.hidden)
     except EvaluationError as e:
         print(f"roofkit eval: {e}", file=sys.stderr)
         return 2
@@ -453,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", action="append", help="float32, float16 or bfloat16 (repeatable)")
     s.add_argument("--quick", action="store_true", help="only the cases tagged quick")
     s.add_argument("--seeds", type=int, default=2, help="calls on fresh inputs per case and dtype (default: 2)")
+    s.add_argument("--hidden", type=int, default=3,
+                   help="shapes no case of the op has, drawn afresh and judged beside the cases (default: 3)")
     s.add_argument("--timeout", type=float, default=120.0, help="seconds one call may take (default: 120)")
     s.add_argument("--total-timeout", type=float, default=1800.0,
                    help="seconds the whole evaluation may take (default: 1800)")

@@ -13,7 +13,7 @@ import torch
 
 from roofkit.cli import main
 from roofkit.harness import registry
-from roofkit.harness.evaluate import CLASSES, EvaluationError, evaluate, evaluate_many
+from roofkit.harness.evaluate import CLASSES, HIDDEN_CASES, EvaluationError, evaluate, evaluate_many
 
 pytestmark = pytest.mark.harness
 
@@ -43,6 +43,7 @@ EXPLOITS = {
     "segfaults": "crash",
     "returns_meta": "wrong_type",
     "forges_channel_frame": "protocol",
+    "public_shapes_only": "wrong_result",  # caught on the hidden shapes
     "hangs": "hang",  # last: a hang costs the call limit and a fresh worker
 }
 HONEST = ["honest_torch", "honest_triton"]
@@ -75,7 +76,8 @@ def test_eval_rejects_exploit(zoo_reports, name):
 def test_eval_accepts_honest(zoo_reports, name):
     rep = zoo_reports[name]
     assert rep.accepted, rep.summary()
-    assert len(rep.rows) == 2 * len(CASES)
+    assert len(rep.rows) == 2 * (len(CASES) + HIDDEN_CASES)  # the cases and the hidden shapes, 2 calls each
+    assert sum(r.case.startswith("hidden_") for r in rep.rows) == 2 * HIDDEN_CASES
     assert all(r.err_l2 <= r.budget_l2 for r in rep.rows)
     assert len({r.seed for r in rep.rows}) == len(rep.rows)  # fresh inputs on every call
 
@@ -89,7 +91,10 @@ def test_eval_broken_candidate_could_not_run(zoo_reports, name):
 
 def test_eval_findings_name_figures(zoo_reports):
     low = next(f for f in zoo_reports["low_precision"].findings if f.cls == "wrong_result")
-    assert "budget" in low.detail and low.case in ("odd_3x7[float32]", "leading_dims_2x3x50[float32]")
+    assert "budget" in low.detail and (low.case in ("odd_3x7[float32]", "leading_dims_2x3x50[float32]")
+                                       or low.case.startswith("hidden_"))
+    hidden = next(f for f in zoo_reports["public_shapes_only"].findings if f.cls == "wrong_result")
+    assert hidden.case.startswith("hidden_")  # right on every published shape, caught on a hidden one
     hang = zoo_reports["hangs"].findings[0]
     assert f"{CALL_TIMEOUT_S:g} s" in hang.detail
     # The forged verdict went to the candidate's log, never into the judge's channel.
@@ -147,3 +152,28 @@ def test_a_process_the_candidate_detaches_does_not_outlive_it():
     pidfile.unlink()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_hidden_shapes_are_new_buildable_and_bounded():
+    import random
+
+    from roofkit.harness.evaluate import _hidden, _plan
+
+    spec = registry.get("softmax")
+    keys = _plan(spec, CASES, [torch.float32], False)  # shapes (3, 7) and (2, 3, 50)
+    bases = {len(c["shape"]): c["shape"] for c, _ in keys}
+    public = {tuple(c.get("shape")) for c in spec.cases if c.get("shape") is not None}
+    for seed in range(5):
+        drawn = _hidden(spec, keys, 3, random.Random(seed))
+        assert len(drawn) == 3 and len({c["shape"] for c, _ in drawn}) == 3
+        for case, dtype in drawn:
+            shape, base = case["shape"], bases[len(case["shape"])]
+            assert shape not in public and case.name == "hidden_" + "x".join(map(str, shape))
+            assert all(max(2, b // 2) <= d <= 2 * b + 7 for d, b in zip(shape, base))
+            assert dtype == torch.float32 and case.get("dim") == next(c for c, _ in keys if c["shape"] == base).get("dim")
+    assert _hidden(spec, keys, 0, random.Random(0)) == []
+    rep = evaluate(ZOO / "honest_torch.py", "softmax", cases=CASES[:1], seeds=1, dtypes=[torch.float32],
+                   timeout_s=CALL_TIMEOUT_S, hidden=2)
+    assert rep.accepted and sum(r.case.startswith("hidden_") for r in rep.rows) == 2
+    with pytest.raises(EvaluationError, match="hidden must be an integer >= 0"):
+        evaluate(ZOO / "zeros.py", "softmax", hidden=-1)

@@ -43,6 +43,7 @@ from .verify import _bitwise_equal, _clone_layout, check_outputs, reference_outp
 CLASSES = ("wrong_result", "nan", "wrong_shape", "wrong_dtype", "wrong_type", "tensor_subclass", "input_mutation",
            "cached", "stateful", "exception", "exit", "crash", "hang", "protocol")
 QUICK_FALLBACK = 3  # cases taken by ``quick`` from a spec that tags none quick
+HIDDEN_CASES = 3  # shapes no case of the op has, judged beside the evaluated cases
 CALL_TIMEOUT_S = 120.0
 TOTAL_TIMEOUT_S = 1800.0
 START_TIMEOUT_S = 120.0  # the worker's start and the candidate's import
@@ -249,6 +250,41 @@ def _plan(spec: OpSpec, cases, dtypes, quick: bool) -> list[tuple[Case, torch.dt
     if not keys:
         raise EvaluationError(f"{spec.name}: no case takes the dtypes asked for")
     return keys
+
+
+def _hidden(spec: OpSpec, keys, count: int, rng: random.Random) -> list[tuple[Case, torch.dtype]]:
+    """Up to ``count`` (case, dtype) pairs of shapes no case of the op has: the evaluated cases in
+    turn, each ``shape`` with every dimension above 1 drawn again (from half to twice it, plus up
+    to 7), the other parameters kept, at most 4x its elements (4096 at least); only shapes whose
+    inputs and reference the spec builds on the CPU. Named ``hidden_<shape>`` in the report; the
+    candidate's process sees only the inputs."""
+    public = {tuple(c.get("shape")) for c in spec.cases if isinstance(c.get("shape"), (tuple, list))}
+    pool = [(c, dt) for c, dt in keys if isinstance(c.get("shape"), (tuple, list))
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in c["shape"])]
+    rng.shuffle(pool)
+    cpu = torch.device("cpu")
+    out = []
+    for i in range(4 * count if pool else 0):  # the cases in turn, a few tries each
+        if len(out) >= count:
+            break
+        c, dt = pool[i % len(pool)]
+        base = tuple(c["shape"])
+        for _ in range(4):
+            shape = tuple(d if d <= 1 else rng.randint(max(2, d // 2), 2 * d + 7) for d in base)
+            if shape not in public and math.prod(shape) <= max(4 * math.prod(base), 4096):
+                break
+        else:
+            continue
+        hidden = Case(f"hidden_{'x'.join(map(str, shape)) or 'scalar'}", {**c.params, "shape": shape}, frozenset(),
+                      c.dtypes)
+        try:
+            inputs = spec.make_inputs(hidden, dt, make_generator(rng.getrandbits(62), "cpu"), cpu)
+            reference_outputs(spec, inputs, (), 0)
+        except Exception:  # noqa: BLE001 (a shape the op's cases do not allow: drawn no more)
+            continue
+        public.add(shape)
+        out.append((hidden, dt))
+    return out
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -485,14 +521,19 @@ def evaluate_many(
     timeout_s: float = CALL_TIMEOUT_S,
     total_timeout_s: float = TOTAL_TIMEOUT_S,
     dtypes: Iterable[torch.dtype] | None = None,
+    hidden: int = HIDDEN_CASES,
 ) -> list[Report]:
     """:func:`evaluate` each candidate in turn; one worker process (started once, and again after
     a candidate that broke it) forks a fresh process for each candidate. Candidates that may
-    interfere with each other through processes they leave behind belong in separate calls."""
+    interfere with each other through processes they leave behind belong in separate calls; the
+    hidden shapes are drawn once per call, for every candidate alike."""
     spec = _spec(op)
     keys = _plan(spec, cases, dtypes, quick)
     if seeds < 1:
         raise EvaluationError("seeds must be at least 1")
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 0:
+        raise EvaluationError(f"hidden must be an integer >= 0, got {hidden!r}")
+    keys = keys + _hidden(spec, keys, hidden, random.SystemRandom())
     paths = [Path(p) for p in paths]
     for p in paths:
         if not p.is_file():
@@ -515,6 +556,7 @@ def evaluate(
     timeout_s: float = CALL_TIMEOUT_S,
     total_timeout_s: float = TOTAL_TIMEOUT_S,
     dtypes: Iterable[torch.dtype] | None = None,
+    hidden: int = HIDDEN_CASES,
 ) -> Report:
     """Judge the function named ``op`` in the file ``path`` against the op's float64 reference.
 
@@ -527,6 +569,8 @@ def evaluate(
         timeout_s: limit of one call (and, plus START_TIMEOUT_S, of the start and the import).
         total_timeout_s: limit of the whole evaluation.
         dtypes: only these dtypes (default: the spec's, narrowed per case).
+        hidden: how many shapes no case of the op has (drawn afresh from the evaluated cases'
+            shapes, from the OS's randomness) are judged beside them, at random positions.
     Returns:
         Report; ``accepted`` only if every call passed and nothing was found.
     Raises:
@@ -534,7 +578,7 @@ def evaluate(
             missing function is ``Report.error`` (the candidate could not be run).
     """
     return evaluate_many([path], op, cases=cases, quick=quick, seeds=seeds, timeout_s=timeout_s,
-                         total_timeout_s=total_timeout_s, dtypes=dtypes)[0]
+                         total_timeout_s=total_timeout_s, dtypes=dtypes, hidden=hidden)[0]
 
 
 def _spec(op: str) -> OpSpec:
