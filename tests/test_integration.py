@@ -47,12 +47,12 @@ def test_patched_model_trains_evaluates_and_generates_as_the_original(family, de
             calls[_op] = calls.get(_op, 0) + 1
             return _fn(*args, **kwargs)
         monkeypatch.setattr(roofkit, op, counted)
-    import roofkit.integration as integration
+    import roofkit.nn as integration_mlp  # (the patched MLPs run roofkit.nn's gated forward)
 
-    def glu_linear(*args, _fn=integration.glu_linear, **kwargs):
+    def glu_linear(*args, _fn=integration_mlp.glu_linear, **kwargs):
         calls["glu_linear"] = calls.get("glu_linear", 0) + 1
         return _fn(*args, **kwargs)
-    monkeypatch.setattr(integration, "glu_linear", glu_linear)
+    monkeypatch.setattr(integration_mlp, "glu_linear", glu_linear)
     ref = _model(family, device)
     model = roofkit.patch(copy.deepcopy(ref))
     summary = model.roofkit_patch

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import types
 
 import torch
 import torch.nn.functional as F
 
 import roofkit
-from roofkit.ops._runtime import needs_grad
-from roofkit.ops.glu import glu_linear, glu_linear_stands_for
+from roofkit.nn import gated_mlp_forward
 
 __all__ = ["patch", "Summary", "FAMILIES"]
 
@@ -95,22 +95,13 @@ def _gemma_rms_norm_forward(self, x: torch.Tensor) -> torch.Tensor:
     return roofkit.rms_norm(x, (self.weight.shape[-1],), (1.0 + self.weight.float()).to(x.dtype), self.eps)
 
 
-def _glu_mlp(mlp, x: torch.Tensor, activation: str, product) -> torch.Tensor:
-    gate, up = mlp.gate_proj(x), mlp.up_proj(x)
-    down = mlp.down_proj
-    if glu_linear_stands_for(down, gate.dtype) and needs_grad(gate, up, down.weight, down.bias):
-        # training: the gated product is made again in the backward instead of being saved
-        return glu_linear(gate, up, down.weight, down.bias, activation=activation)
-    return down(product(gate, up))
-
-
 def _swiglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
-    return _glu_mlp(self, x, "silu", roofkit.swiglu)
+    return gated_mlp_forward(self, x, "silu", roofkit.swiglu)
 
 
 def _geglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     approximate = self._roofkit_approximate
-    return _glu_mlp(self, x, "gelu_tanh" if approximate == "tanh" else "gelu",
+    return gated_mlp_forward(self, x, "gelu_tanh" if approximate == "tanh" else "gelu",
                     lambda g, u: roofkit.geglu(g, u, approximate=approximate))
 
 
@@ -242,15 +233,13 @@ def _count(summary: "Summary", kind: str, swapped: bool, module: torch.nn.Module
         summary.left[f"{kind} ({type(module).__name__})"] = "the module has a forward of its own (hooks?)"
 
 
-def _causal_only(sdpa_mask, causal_mask_function, args, kwargs) -> bool:
+def _causal_only(signature, causal_mask_function, args, kwargs) -> bool:
     """Whether an ``sdpa_mask`` call asks for the plain causal mask of a batch without padding over
     as many keys as queries (or one query): the case ``is_causal`` covers. transformers skips that
     mask itself except while torch.compile traces (with torch < 2.14 it cannot tell compiling from
     exporting there); deciding from the arguments alone reads no tensor and holds for both."""
-    import inspect
-
     try:
-        bound = inspect.signature(sdpa_mask).bind(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
     except TypeError:
         return False
     a = {**bound.arguments, **bound.arguments.get("kwargs", {})}
@@ -271,8 +260,10 @@ def _register_attention() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, causal_mask_function, sdpa_mask
 
+    signature = inspect.signature(sdpa_mask)
+
     def mask(*args, **kwargs):
-        if _causal_only(sdpa_mask, causal_mask_function, args, kwargs):
+        if _causal_only(signature, causal_mask_function, args, kwargs):
             return None  # (attention: is_causal, or every key for one query)
         return sdpa_mask(*args, **kwargs)
 

@@ -89,6 +89,18 @@ class LinearCrossEntropyLoss(torch.nn.Module):
                                             label_smoothing=self.label_smoothing)
 
 
+def gated_mlp_forward(mlp: torch.nn.Module, x: torch.Tensor, activation: str, product) -> torch.Tensor:
+    """``mlp.down_proj(product(mlp.gate_proj(x), mlp.up_proj(x)))``; with a gradient wanted and a
+    ``down_proj`` that :func:`roofkit.ops.glu.glu_linear_stands_for`, the product and the projection
+    through :func:`roofkit.ops.glu.glu_linear` (``activation``: its name of the product), which
+    makes the product again in the backward instead of saving it."""
+    gate, up = mlp.gate_proj(x), mlp.up_proj(x)
+    down = mlp.down_proj
+    if glu_linear_stands_for(down, gate.dtype) and needs_grad(gate, up, down.weight, down.bias):
+        return glu_linear(gate, up, down.weight, down.bias, activation=activation)
+    return down(product(gate, up))
+
+
 class SwiGLU(torch.nn.Module):
     """The gated MLP of Llama, Mistral and Qwen: ``down_proj(silu(gate_proj(x)) * up_proj(x))``,
     parameters named as transformers' ``LlamaMLP`` (its state dict loads as it is); the product
@@ -108,12 +120,7 @@ class SwiGLU(torch.nn.Module):
         return roofkit.swiglu(gate, up)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_proj(x), self.up_proj(x)
-        down = self.down_proj
-        if glu_linear_stands_for(down, gate.dtype) and needs_grad(gate, up, down.weight, down.bias):
-            # the product is not saved for the backward, which makes it again (glu_linear)
-            return glu_linear(gate, up, down.weight, down.bias, activation=self._activation)
-        return down(self._product(gate, up))
+        return gated_mlp_forward(self, x, self._activation, self._product)
 
 
 class GeGLU(SwiGLU):

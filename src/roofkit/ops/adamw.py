@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import bf16_rne, cdiv
+from ._common import bf16_rne, cdiv, on_input_device
 from ._jit import _round_for_store
 from ._runtime import cached_launch
 
@@ -50,6 +50,7 @@ def _adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, n, lr_decay, beta1, beta2, eps, st
 _LAUNCHES: dict = {}
 
 
+@on_input_device
 def adamw_update_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
                   lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, step: int,
                   maximize: bool = False) -> None:
@@ -61,11 +62,6 @@ def adamw_update_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor
         return
     bias_correction1 = 1.0 - beta1 ** step
     bc2_sqrt = (1.0 - beta2 ** step) ** 0.5
-    run = cached_launch(_LAUNCHES, _adamw_kernel, cdiv(n, BLOCK), MAXIMIZE=bool(maximize),
-                        BF16_RNE=bf16_rne(param.dtype), BLOCK=BLOCK, num_warps=NUM_WARPS)
-    args = (param, grad, exp_avg, exp_avg_sq, n, lr * weight_decay, beta1, beta2, eps, lr / bias_correction1, bc2_sqrt)
-    if param.is_cuda and param.device.index != torch.cuda.current_device():
-        with torch.cuda.device(param.device):
-            run(*args)
-    else:
-        run(*args)
+    cached_launch(_LAUNCHES, _adamw_kernel, cdiv(n, BLOCK), MAXIMIZE=bool(maximize), BF16_RNE=bf16_rne(param.dtype),
+                  BLOCK=BLOCK, num_warps=NUM_WARPS)(
+        param, grad, exp_avg, exp_avg_sq, n, lr * weight_decay, beta1, beta2, eps, lr / bias_correction1, bc2_sqrt)
