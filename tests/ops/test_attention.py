@@ -681,3 +681,41 @@ def test_backward_keeps_the_output_rounding_residual_not_a_float32_copy(tunables
     err_hi = (out.double() - ref).abs().mean().item()
     err_sum = (out.double() + lo.double() - ref).abs().mean().item()
     assert err_sum < 0.8 * err_hi, (err_hi, err_sum)  # (the kernel's own float32 error remains)
+
+
+@pytest.mark.parametrize("kv_layout", ["projection", "contiguous", "sliced"])
+def test_gradients_are_laid_out_as_their_operands(device, kv_layout):
+    # A model's q, k, v are (B, H, S, D) views of a projection's (B, S, H, D) output: their
+    # gradients come back in that layout (autograd's view of them back to (B, S, H * D) copies
+    # nothing), as the fake lays them out (compiled graphs check the strides); an operand that
+    # is not dense gets a dense gradient with its dimensions in the operand's memory order. Values
+    # as torch's.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = torch.Generator().manual_seed(5)
+    b, hq, hkv, s, d = 2, 4, 2, 11, 16
+    q = torch.randn(b, s, hq, d, generator=g).to(device).transpose(1, 2)
+    if kv_layout == "projection":
+        k, v = (torch.randn(b, s, hkv, d, generator=g).to(device).transpose(1, 2) for _ in range(2))
+    elif kv_layout == "contiguous":
+        k, v = (torch.randn(b, hkv, s, d, generator=g).to(device) for _ in range(2))
+    else:  # k and v sliced out of one (B, S, 2 * Hkv, D) buffer: not dense, and not alike
+        kv = torch.randn(b, s, 2 * hkv, d, generator=g).to(device)
+        k, v = kv[:, :, :hkv].transpose(1, 2), kv[:, :, hkv:].transpose(1, 2)
+    got, want = _grads_vs_torch(q, k, v, causal=True, gqa=True, seed=2)
+    _assert_close_all(got, want, 1e-5)
+    _, dq, dk, dv = got
+    assert dq.stride() == q.stride()
+    if kv_layout == "contiguous":
+        assert dk.is_contiguous()
+    else:
+        assert dk.transpose(1, 2).is_contiguous()
+        if kv_layout == "projection":
+            assert dk.stride() == k.stride()
+    assert dv.stride() == dk.stride()
+    api = importlib.import_module("roofkit.ops.attention.api")
+    out, lse, _ = api._attention_fwd(q, k, v, None, -1, 0, False, d ** -0.5, False, False)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fq, fk, fv, fo, fl = (mode.from_tensor(t) for t in (q, k, v, out, lse))
+        fake = api._attention_bwd_fake(fo, fq, fk, fv, fo, None, fl, None, None, -1, 0, False, 0.25, False)
+    assert [t.stride() for t in fake] == [dq.stride(), dk.stride(), dv.stride()]
