@@ -8,7 +8,9 @@ New random values (another seed) are copied into the buffers, the graph is repla
 outputs are compared with an eager call on the same buffers: bitwise where the op promises
 determinism (the spec, or a case with ``deterministic=True``), else (atomic adds in an unspecified
 order) within twice the spec's elementwise tolerance, as each of the two results is within it of
-the exact one. Ops whose output size is data (``REFUSES_CAPTURE``) must refuse capture, forward
+the exact one, or, where torch's own result is further off (16-bit atomic sums over a hot
+destination: verify widens the budget to twice torch's worst error there), each of a forward
+output's two results within the op's budget against the float64 reference. Ops whose output size is data (``REFUSES_CAPTURE``) must refuse capture, forward
 and backward, with an error that names them and their capturable alternative.
 """
 
@@ -23,7 +25,7 @@ import torch
 from roofkit.harness import registry
 from roofkit.harness.inputs import make_generator, with_layout
 from roofkit.harness.spec import Case, Inputs, OpSpec
-from roofkit.harness.verify import _bitwise_equal
+from roofkit.harness.verify import _as_tuple, _bitwise_equal, compare
 
 # op -> the capturable call its error message must point to
 REFUSES_CAPTURE = {"masked_select": "roofkit.compact(input, mask)"}
@@ -128,7 +130,26 @@ def _where_different(got: torch.Tensor, want: torch.Tensor, ok: torch.Tensor) ->
             f"replay {got.reshape(-1)[j].item()!r}, eager {want.reshape(-1)[j].item()!r}")
 
 
-def _assert_replay_matches_eager(spec: OpSpec, case: Case, got: list[tuple], want: list[tuple]) -> None:
+def _within_budget(spec: OpSpec, case: Case, inputs: Inputs, name: str, results: dict) -> None:
+    """Judge a forward output of each run in ``results`` against the float64 reference by
+    verify's rules (the op's own promise: the dtype's tolerance, widened to twice torch's own
+    worst error where torch's same-dtype result is that far off, as atomic 16-bit sums are)."""
+    i = int(name.removeprefix("out"))
+    ref_in = inputs.map(lambda t: t.detach().to(torch.float64) if t.is_floating_point() else t.detach())
+    ref = _as_tuple(spec.reference(*ref_in.args, **ref_in.kwargs))[i]
+    plain = inputs.map(lambda t: t.detach())
+    expected = _as_tuple(spec.torch_impl(*plain.args, **plain.kwargs))[i]
+    rtol, atol = spec.tolerance.elementwise(expected.dtype, spec.reduction_length(case))
+    for label, t in results.items():
+        check = compare(name, t, ref, expected, rtol=rtol, atol=atol, l2_factor=spec.tolerance.l2_factor,
+                        l2_floor=spec.tolerance.floor(expected.dtype), device=t.device)
+        if not check.passed:
+            pytest.fail(f"{name}: the {label} misses the op's error budget against the float64 reference: "
+                        f"{'; '.join(check.reasons)}")
+
+
+def _assert_replay_matches_eager(spec: OpSpec, case: Case, got: list[tuple], want: list[tuple],
+                                 inputs: Inputs | None = None) -> None:
     assert [n for n, _ in got] == [n for n, _ in want]
     bitwise = spec.deterministic or bool(case.get("deterministic", False))
     for (name, g), (_, w) in zip(got, want):
@@ -152,7 +173,11 @@ def _assert_replay_matches_eager(spec: OpSpec, case: Case, got: list[tuple], wan
         scale = float(wd[finite].abs().max()) if bool(finite.any()) else 0.0
         limit = 2 * (atol * scale + rtol * wd.abs())
         ok = (gd == wd) | (torch.isnan(gd) & torch.isnan(wd)) | ((gd - wd).abs() <= limit)
-        if not bool(ok.all()):
+        if not bool(ok.all()) and inputs is not None and name.startswith("out"):
+            # Unordered atomic sums can be further apart than twice the tolerance where torch's
+            # own result is (its error widens the budget): then each must meet the budget itself.
+            _within_budget(spec, case, inputs, name, {"replay": g, "eager call": w})
+        elif not bool(ok.all()):
             pytest.fail(f"{name}: replay outside 2x the tolerance (rtol {rtol:.3g}, atol {atol:.3g} x {scale:.3g}) "
                         f"of eager: {_where_different(g, w, ok)}")
 
@@ -190,7 +215,7 @@ def test_op_graph_replay_matches_eager(op, case, dtype):
     if spec.mutates:
         want += [(f"input[{k}]", t.detach()) for k, t in _tensors(buffers) if k in spec.mutates]
     torch.cuda.synchronize()
-    _assert_replay_matches_eager(spec, c, got, want)
+    _assert_replay_matches_eager(spec, c, got, want, None if spec.mutates else buffers)
 
 
 @pytest.mark.parametrize("op,case,dtype", _params(refusing=True))
@@ -238,6 +263,9 @@ def test_compact_graph_replay_matches_eager(case):
     x, m = buffers.args
     values, _ = compact(x, m)
     dv = _grad_output(values, c, seed=2)
+    # (an autograd graph made before the capture, on the default stream, may not stay alive into
+    # it: torch's AccumulateGrad of x would keep that stream, which capture refuses to join)
+    del values
 
     def call():
         values, count = compact(x, m)
