@@ -422,7 +422,8 @@ def test_sdpa_mask_broadcast_is_passed_as_strides(monkeypatch, device):
     monkeypatch.setattr(L, "launch", lambda cache, fn, grid, *a, **c: seen.append((fn, a, c))
                         or launch(cache, fn, grid, *a, **c))
     q, k, v = _qkv(2, 4, 2, 9, 13, 16, device, seed=1)
-    pad = (torch.arange(13) < 10).reshape(1, 1, 1, 13).expand(2, 1, 1, 13).to(device)
+    # (made on the device: moving an expanded tensor to another device materializes it)
+    pad = (torch.arange(13, device=device) < 10).reshape(1, 1, 1, 13).expand(2, 1, 1, 13)
     scaled_dot_product_attention(q, k, v, attn_mask=pad, enable_gqa=True)
     fn, args, consts = next(x for x in seen if x[0] is L._attn_fwd_kernel)
     m = args[9]
