@@ -99,6 +99,13 @@ def e2e_table(runs) -> str:
     for mode, (date, path, records, env) in sorted(newest.items()):
         r0 = records[0]
         unit = "ms / token" if mode == "decode" else "ms / step"
+        if mode != "train":  # (no loss, optimizer or memory story: one sentence)
+            parts = [f"{r['provider']} {r['step_ms']:.1f}" + (f" ({r['vs_eager']:.2f}x)" if r.get("vs_eager") else "")
+                     if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
+            out += [f"End to end, {mode} (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} "
+                    f"--batch {r0['batch']} --seq {r0['seq']}`, {env.get('gpu', '?')}, {date[:10]}; {path}), "
+                    f"{unit} (vs eager): " + ", ".join(parts) + ".", ""]
+            continue
         out += [f"End to end (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch "
                 f"{r0['batch']} --seq {r0['seq']}`, {env.get('gpu', '?')}, {date[:10]}; {path}):", "",
                 f"| provider | {unit} | tokens/s | vs eager | peak GiB | step-0 loss | AdamW |",
