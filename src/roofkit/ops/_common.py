@@ -106,15 +106,21 @@ def check_same_device(op: str, name: str, t: torch.Tensor, ref: torch.Tensor) ->
         raise ValueError(f"roofkit.{op}: {name} is on {t.device} but input is on {ref.device}")
 
 
+def as_int(op: str, name: str, value, expected: str = "an int") -> int:
+    """``value`` as an int, taking what torch takes for an int argument (any integer-like but
+    bool), or a TypeError naming ``op`` and ``name``: "<name> must be <expected>, got <type>"."""
+    if isinstance(value, bool):
+        raise TypeError(f"roofkit.{op}: {name} must be {expected}, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"roofkit.{op}: {name} must be {expected}, got {type(value).__name__}") from None
+
+
 def normalize_dim(op: str, dim, ndim: int) -> int:
     """``dim`` as a non-negative int for a ``ndim``-d tensor (a 0-d tensor takes -1 and 0), or a
     TypeError / IndexError naming ``op``, as torch accepts it (any integer-like but bool)."""
-    if isinstance(dim, bool):
-        raise TypeError(f"roofkit.{op}: dim must be an int, got bool")
-    try:
-        dim = operator.index(dim)
-    except TypeError:
-        raise TypeError(f"roofkit.{op}: dim must be an int, got {type(dim).__name__}") from None
+    dim = as_int(op, "dim", dim)
     n = max(ndim, 1)
     if not -n <= dim < n:
         raise IndexError(f"roofkit.{op}: dim {dim} out of range for a {ndim}-d input (expected [{-n}, {n - 1}])")

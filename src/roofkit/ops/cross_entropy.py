@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import operator
 import os
 import warnings
 from typing import NamedTuple
@@ -43,7 +42,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
-from ._common import (FLOAT_DTYPES, INTERPRETED, bf16_rne, check_same_device, check_same_dtype, check_tensor, copy_to_host_async,
+from ._common import (FLOAT_DTYPES, INTERPRETED, as_int, bf16_rne, check_same_device, check_same_dtype, check_tensor, copy_to_host_async,
                       device_index, needs_int64, registers_per_sm, shared_memory_limits, sm_count, cdiv, next_pow2)
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
@@ -1001,12 +1000,7 @@ def cross_entropy(
         raise TypeError(f"roofkit.{op}: target must be int64 class indices, got {str(target.dtype).removeprefix('torch.')}")
     check_tensor(op, "target", target, dtypes=(torch.int64,))
     check_same_device(op, "target", target, input)
-    if isinstance(ignore_index, bool):
-        raise TypeError(f"roofkit.{op}: ignore_index must be an int, got bool")
-    try:
-        ignore_index = operator.index(ignore_index)
-    except TypeError:
-        raise TypeError(f"roofkit.{op}: ignore_index must be an int, got {type(ignore_index).__name__}") from None
+    ignore_index = as_int(op, "ignore_index", ignore_index)
     if not isinstance(reduction, str):
         raise TypeError(f"roofkit.{op}: reduction must be a str, one of {REDUCTIONS}; got {type(reduction).__name__}")
     if reduction not in REDUCTIONS:

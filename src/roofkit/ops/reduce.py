@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from typing import NamedTuple, Optional
 
 import torch
@@ -35,7 +34,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, bf16_rne, check_tensor, next_pow2, sm_count, cdiv
+from ._common import FLOAT_DTYPES, as_int, bf16_rne, check_tensor, next_pow2, sm_count, cdiv
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
 
@@ -496,12 +495,7 @@ def _prepare(op: str, input, dim, keepdim, dtype=None):
     lim = max(nd, 1)
     dims = []
     for d in items:
-        if isinstance(d, bool):
-            raise TypeError(f"roofkit.{op}: dim must be None, an int or a tuple of ints; got a bool")
-        try:
-            d = operator.index(d)
-        except TypeError:
-            raise TypeError(f"roofkit.{op}: dim must be None, an int or a tuple of ints; got {dim!r}") from None
+        d = as_int(op, "dim", d, "None, an int or a tuple of ints")
         if not -lim <= d < lim:
             raise IndexError(f"roofkit.{op}: dim {d} out of range for a {nd}-d input (expected [{-lim}, {lim - 1}])")
         d %= lim

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from typing import NamedTuple
 
 import torch
@@ -32,7 +31,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import interpreter_active, next_pow2, cdiv
+from ._common import as_int, interpreter_active, next_pow2, cdiv
 from ._runtime import Op, cached_launch, planned
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -314,12 +313,7 @@ def _check_input(op: str, input) -> None:
 
 
 def _check_dim(op: str, name: str, d, ndim: int) -> int:
-    if isinstance(d, bool):
-        raise TypeError(f"roofkit.{op}: {name} must be an int, got bool")
-    try:
-        d = operator.index(d)
-    except TypeError:
-        raise TypeError(f"roofkit.{op}: {name} must be an int, got {type(d).__name__}") from None
+    d = as_int(op, name, d)
     lim = max(ndim, 1)
     if not -lim <= d < lim:
         raise IndexError(f"roofkit.{op}: {name}={d} out of range for a {ndim}-d input (expected [{-lim}, {lim - 1}])")

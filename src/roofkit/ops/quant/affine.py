@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 
 import torch
 import triton
@@ -19,7 +18,7 @@ import triton.language as tl
 from ...harness import baselines
 from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, case
-from .._common import FLOAT_DTYPES, check_same_device, check_tensor, needs_int64, sm_count
+from .._common import FLOAT_DTYPES, as_int, check_same_device, check_tensor, needs_int64, sm_count
 from .._runtime import Op, cached_launch, planned
 from ._common import (_INT_RANGES, Q_DTYPES, _I8, _cdiv, _channel_shape, _check_zero_point_range, _esize,
                       _pow2)
@@ -420,12 +419,7 @@ _dequantize_op = Op("roofkit::dequantize", _dequantize, _dequantize_fake)
 def _check_axis(op: str, axis, ndim: int) -> int | None:
     if axis is None:
         return None
-    if isinstance(axis, bool):
-        raise TypeError(f"roofkit.{op}: axis must be None or an int, got bool")
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"roofkit.{op}: axis must be None or an int, got {type(axis).__name__}") from None
+    axis = as_int(op, "axis", axis, "None or an int")
     if ndim == 0:
         raise IndexError(f"roofkit.{op}: axis {axis} given for a 0-d input (per-channel needs at least 1 dimension)")
     if not -ndim <= axis < ndim:
