@@ -33,6 +33,20 @@ def _fresh_plans():
 
 
 @pytest.fixture
+def raises_naming():
+    """``raises_naming(exc, words, call, *args)``: ``call(*args)`` raises ``exc``, and its message
+    holds every one of ``words`` (the op's name, the argument, what was expected)."""
+
+    def check(exc, words, call, *args):
+        with pytest.raises(exc) as info:
+            call(*args)
+        missing = [w for w in words if w not in str(info.value)]
+        assert not missing, f"{type(info.value).__name__}: {info.value} -- lacks {missing}"
+
+    return check
+
+
+@pytest.fixture
 def tunables():
     """``tunables(op, NAME=value, ...)``: set op tunables for the rest of the test through
     ``roofkit.config.override`` (checked names and types; put back after the test)."""

@@ -252,11 +252,8 @@ def test_cross_entropy_out_of_range_target_on_gpu_gives_nan_without_waiting(tuna
         (lambda d: cross_entropy(torch.ones(2, 3, device=d), torch.zeros(2, dtype=torch.int64, device=d), label_smoothing="a"), TypeError, ["roofkit.cross_entropy", "label_smoothing"]),
     ],
 )
-def test_cross_entropy_bad_input_raises_clear_error(call, exc, words, device):
-    with pytest.raises(exc) as info:
-        call(device)
-    for w in words:
-        assert w in str(info.value)
+def test_cross_entropy_bad_input_raises_clear_error(call, exc, words, device, raises_naming):
+    raises_naming(exc, words, call, device)
 
 
 def test_cross_entropy_compiles_fullgraph_with_backward(device):

@@ -123,11 +123,8 @@ def test_layer_norm_empty_input_returns_empty_without_launch(forbid_launch, devi
         (lambda d: layer_norm(torch.ones(2, 3, device=d), (3,), torch.ones(3, device="meta")), ValueError, ["roofkit.layer_norm", "weight", "meta"]),
     ],
 )
-def test_layer_norm_bad_input_raises_clear_error(call, exc, words, device):
-    with pytest.raises(exc) as info:
-        call(device)
-    for w in words:
-        assert w in str(info.value)
+def test_layer_norm_bad_input_raises_clear_error(call, exc, words, device, raises_naming):
+    raises_naming(exc, words, call, device)
 
 
 def test_layer_norm_compiles_fullgraph_with_backward(device):

@@ -94,11 +94,8 @@ def test_rms_norm_empty_input_returns_empty_without_launch(forbid_launch, device
         (lambda d: roofkit.rms_norm(torch.ones(2, 3, device=d).to_sparse(), (3,)), TypeError, ["roofkit.rms_norm", "dense"]),
     ],
 )
-def test_rms_norm_bad_input_raises_clear_error(call, exc, words, device):
-    with pytest.raises(exc) as info:
-        call(device)
-    for w in words:
-        assert w in str(info.value)
+def test_rms_norm_bad_input_raises_clear_error(call, exc, words, device, raises_naming):
+    raises_naming(exc, words, call, device)
 
 
 def test_rms_norm_compiles_fullgraph_with_backward(device):

@@ -302,11 +302,8 @@ _SA, _IA = "roofkit.scatter_add", "roofkit.index_add"
         (lambda d: index_add(_X(d).long(), 0, _I(d)[0], _O(d, 3, 3).long()), TypeError, [_IA, "input"]),
     ],
 )
-def test_bad_input_raises_clear_error(call, exc, words, device):
-    with pytest.raises(exc) as info:
-        call(device)
-    for w in words:
-        assert w in str(info.value)
+def test_bad_input_raises_clear_error(call, exc, words, device, raises_naming):
+    raises_naming(exc, words, call, device)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

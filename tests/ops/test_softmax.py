@@ -180,11 +180,8 @@ def test_softmax_scalar_input_like_torch(device):
         (lambda d: roofkit.softmax(torch.ones(2, 3, device=d, dtype=torch.float64)), TypeError, ["roofkit.softmax", "float64"]),
     ],
 )
-def test_softmax_bad_input_raises_clear_error(call, exc, words, device):
-    with pytest.raises(exc) as info:
-        call(device)
-    for w in words:
-        assert w in str(info.value)
+def test_softmax_bad_input_raises_clear_error(call, exc, words, device, raises_naming):
+    raises_naming(exc, words, call, device)
 
 
 def test_softmax_cpu_tensor_without_interpreter_is_refused(monkeypatch):

@@ -166,11 +166,8 @@ def test_transpose_scalar_like_torch(device):
         (lambda d: transpose(torch.ones(2, 3, device=d), 0, True), TypeError, ["roofkit.transpose", "dim1", "bool"]),
     ],
 )
-def test_transpose_bad_input_raises_clear_error(call, exc, words, device):
-    with pytest.raises(exc) as info:
-        call(device)
-    for w in words:
-        assert w in str(info.value)
+def test_transpose_bad_input_raises_clear_error(call, exc, words, device, raises_naming):
+    raises_naming(exc, words, call, device)
 
 
 def test_transpose_cpu_tensor_without_interpreter_is_refused(monkeypatch):
