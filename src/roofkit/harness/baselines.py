@@ -42,6 +42,12 @@ def compiled(fn: Callable, mode: str | None = None) -> Callable[[], Callable]:
     return factory
 
 
+def eager_and_compiled(fn: Callable) -> dict[str, Callable[[], Callable]]:
+    """The two torch providers of an op whose torch form is ``fn``: "torch" (``fn`` itself) and
+    "torch.compile" (:func:`compiled`), as an OpSpec's ``baselines`` entries."""
+    return {"torch": lambda: fn, "torch.compile": compiled(fn)}
+
+
 def flaggems(fn: Callable) -> Callable[[], Callable | None]:
     """``fn`` run inside ``flag_gems.use_gems()`` (FlagGems replaces aten ops only there)."""
 

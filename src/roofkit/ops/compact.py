@@ -895,8 +895,7 @@ SPEC = OpSpec(
     cases=CASES,
     suites=SUITES,
     baselines={
-        "torch": lambda: torch.masked_select,
-        "torch.compile": baselines.compiled(torch.masked_select),
+        **baselines.eager_and_compiled(torch.masked_select),
         # GPU.md's "boolean-mask filter" figure is input[mask] (same shapes only).
         "torch.bool_index": lambda: _bool_index,
         "flaggems": baselines.flaggems(torch.masked_select),

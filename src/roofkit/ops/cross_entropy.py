@@ -1217,7 +1217,7 @@ SPEC = OpSpec(
     dtypes=FLOAT_DTYPES,
     cases=CASES,
     suites=SUITES,
-    baselines={"torch": lambda: F.cross_entropy, "torch.compile": baselines.compiled(F.cross_entropy),
+    baselines={**baselines.eager_and_compiled(F.cross_entropy),
                "liger": _liger, "flaggems": baselines.flaggems(F.cross_entropy)},
     grad_args=(0,),
     tolerance=_TOLERANCE,

@@ -1308,8 +1308,7 @@ SPEC = OpSpec(
     cases=CASES,
     suites=SUITES,
     baselines={
-        "torch": lambda: F.embedding_bag,
-        "torch.compile": baselines.compiled(F.embedding_bag),
+        **baselines.eager_and_compiled(F.embedding_bag),
     },
     grad_args=(1, 8),
     marker="embedding_bag",

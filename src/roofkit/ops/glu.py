@@ -462,7 +462,7 @@ SWIGLU_SPEC = OpSpec(
     cases=CASES,
     # llama3-8b / llama3-70b / qwen2-7b MLP widths (intermediate 14336 / 28672 / 18944), 8192 tokens.
     suites=_suites({"llama3-8b": 14336, "llama3-70b": 28672, "qwen2-7b": 18944}),
-    baselines={"torch": lambda: _swiglu_torch, "torch.compile": baselines.compiled(_swiglu_torch),
+    baselines={**baselines.eager_and_compiled(_swiglu_torch),
                "liger": _liger_swiglu, "flaggems": baselines.flaggems(_swiglu_torch)},
     grad_args=(0, 1),
     marker="glu",
@@ -479,7 +479,7 @@ GEGLU_SPEC = OpSpec(
     cases=_GEGLU_CASES,
     # the tanh GELU at llama3-8b's MLP width, and gemma-7b's (intermediate 24576).
     suites=_suites({"llama3-8b": 14336, "gemma-7b": 24576}, approximate="tanh"),
-    baselines={"torch": lambda: _geglu_torch, "torch.compile": baselines.compiled(_geglu_torch),
+    baselines={**baselines.eager_and_compiled(_geglu_torch),
                "liger": _liger_geglu, "flaggems": baselines.flaggems(_geglu_torch)},
     grad_args=(0, 1),
     marker="glu",

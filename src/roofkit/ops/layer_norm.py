@@ -675,7 +675,7 @@ SPEC = OpSpec(
     dtypes=FLOAT_DTYPES,
     cases=CASES,
     suites=SUITES,
-    baselines={"torch": lambda: F.layer_norm, "torch.compile": baselines.compiled(F.layer_norm), "liger": _liger,
+    baselines={**baselines.eager_and_compiled(F.layer_norm), "liger": _liger,
                "flaggems": baselines.flaggems(F.layer_norm)},
     grad_args=(0, 2, 3),
     marker="layer_norm",

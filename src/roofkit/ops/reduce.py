@@ -759,8 +759,7 @@ def _spec(name, impl, reference, torch_fn, cases, suites) -> OpSpec:
         cases=cases,
         suites=suites,
         baselines={
-            "torch": lambda: torch_fn,
-            "torch.compile": baselines.compiled(torch_fn),
+            **baselines.eager_and_compiled(torch_fn),
             "flaggems": baselines.flaggems(torch_fn),
         },
         grad_args=(0,),

@@ -393,7 +393,7 @@ SPEC = OpSpec(
     dtypes=FLOAT_DTYPES,
     cases=CASES,
     suites=_suites(),
-    baselines={"torch": lambda: rope_torch, "torch.compile": baselines.compiled(rope_torch), "liger": _liger},
+    baselines={**baselines.eager_and_compiled(rope_torch), "liger": _liger},
     grad_args=(0, 1),
     marker="rope",
 )

@@ -710,8 +710,7 @@ SOFTMAX_SPEC = OpSpec(
     cases=CASES,
     suites=SUITES,
     baselines={
-        "torch": lambda: F.softmax,
-        "torch.compile": baselines.compiled(F.softmax),
+        **baselines.eager_and_compiled(F.softmax),
         "liger": _liger_softmax,
         "flaggems": baselines.flaggems(F.softmax),
     },
@@ -731,8 +730,7 @@ LOG_SOFTMAX_SPEC = OpSpec(
     cases=CASES,
     suites={k: [c for c in v if c.name.startswith("logits")] for k, v in SUITES.items()},
     baselines={
-        "torch": lambda: F.log_softmax,
-        "torch.compile": baselines.compiled(F.log_softmax),
+        **baselines.eager_and_compiled(F.log_softmax),
         "flaggems": baselines.flaggems(F.log_softmax),
     },
     grad_args=(0,),

@@ -470,7 +470,7 @@ SPEC = OpSpec(
     dtypes=_FLOATS,
     cases=CASES,
     suites=SUITES,
-    baselines={"torch": lambda: _torch_transpose, "torch.compile": baselines.compiled(_torch_transpose)},
+    baselines={**baselines.eager_and_compiled(_torch_transpose)},
     grad_args=(0,),
     marker="transpose",
 )

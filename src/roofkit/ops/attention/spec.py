@@ -480,8 +480,7 @@ FLASH_ATTENTION_SPEC = OpSpec(
     cases=_FLASH_CASES,
     suites=_FLASH_SUITES,
     baselines={
-        "torch": lambda: _flash_torch,
-        "torch.compile": baselines.compiled(_flash_torch),
+        **baselines.eager_and_compiled(_flash_torch),
     },
     grad_args=(0, 1, 2),
     deterministic=not ATOMIC_DQ,

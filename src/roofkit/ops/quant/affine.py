@@ -631,7 +631,7 @@ QUANTIZE_SPEC = OpSpec(
     dtypes=FLOAT_DTYPES,
     cases=QUANTIZE_CASES,
     suites=QUANTIZE_SUITES,
-    baselines={"torch": lambda: quantize_torch, "torch.compile": baselines.compiled(quantize_torch)},
+    baselines={**baselines.eager_and_compiled(quantize_torch)},
     marker="quant",
 )
 
@@ -645,7 +645,7 @@ DEQUANTIZE_SPEC = OpSpec(
     dtypes=Q_DTYPES,
     cases=DEQUANTIZE_CASES,
     suites=DEQUANTIZE_SUITES,
-    baselines={"torch": lambda: dequantize_torch, "torch.compile": baselines.compiled(dequantize_torch)},
+    baselines={**baselines.eager_and_compiled(dequantize_torch)},
     marker="quant",
 )
 

@@ -775,7 +775,7 @@ INT8_MATMUL_SPEC = OpSpec(
     dtypes=_I8,
     cases=INT8_CASES,
     suites=INT8_SUITES,
-    baselines={"torch": lambda: _torch_int_mm_dequant, "torch.compile": baselines.compiled(_torch_int_mm_dequant)},
+    baselines={**baselines.eager_and_compiled(_torch_int_mm_dequant)},
     matrix=True,
     marker="quant",
 )
@@ -802,7 +802,7 @@ SCALED_MM_SPEC = OpSpec(
     dtypes=FP8_DTYPES,
     cases=SCALED_MM_CASES,
     suites=SCALED_MM_SUITES,
-    baselines={"torch": lambda: _torch_scaled_mm, "torch.compile": baselines.compiled(_torch_scaled_mm)},
+    baselines={**baselines.eager_and_compiled(_torch_scaled_mm)},
     tolerance=_SCALED_MM_TOLERANCE,
     matrix=True,
     marker="quant",

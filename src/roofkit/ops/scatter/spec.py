@@ -335,8 +335,7 @@ SCATTER_ADD_SPEC = OpSpec(
     cases=SCATTER_ADD_CASES,
     suites=SCATTER_ADD_SUITES,
     baselines={
-        "torch": lambda: _torch_scatter_add,
-        "torch.compile": baselines.compiled(_torch_scatter_add),
+        **baselines.eager_and_compiled(_torch_scatter_add),
         "torch.deterministic": _torch_deterministic(_torch_scatter_add),
         "flaggems": baselines.flaggems(_torch_scatter_add),
     },
@@ -359,8 +358,7 @@ INDEX_ADD_SPEC = OpSpec(
     cases=INDEX_ADD_CASES,
     suites=INDEX_ADD_SUITES,
     baselines={
-        "torch": lambda: _torch_index_add,
-        "torch.compile": baselines.compiled(_torch_index_add),
+        **baselines.eager_and_compiled(_torch_index_add),
         "torch.deterministic": _torch_deterministic(_torch_index_add),
         "flaggems": baselines.flaggems(_torch_index_add),
     },
