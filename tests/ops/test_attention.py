@@ -720,3 +720,85 @@ def test_gradients_are_laid_out_as_their_operands(device, kv_layout):
         fq, fk, fv, fo, fl = (mode.from_tensor(t) for t in (q, k, v, out, lse))
         fake = api._attention_bwd_fake(fo, fq, fk, fv, fo, None, fl, None, None, -1, 0, False, 0.25, False)
     assert [t.stride() for t in fake] == [dq.stride(), dk.stride(), dv.stride()]
+
+
+def _masks_like_transformers(b, hq, s):
+    """The masks a model gets (and some it could): True = the pair takes part."""
+    g = torch.Generator().manual_seed(7)
+    i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
+    causal = j <= i
+    keep = torch.ones(b, s, dtype=torch.bool)
+    keep[0, :5] = False  # left padding of the first sequence
+    seg = (torch.arange(s) >= 23).long()  # two sequences packed into one row
+    rows_dead = causal.clone()
+    rows_dead[17:21] = False
+    return {
+        "causal_4d": causal.expand(b, 1, s, s),
+        "causal_left_padding": causal[None, None] & keep[:, None, None, :],
+        "packed_sequences": (causal & (seg[:, None] == seg[None, :])).expand(b, 1, s, s),
+        "sliding_window": causal & (j > i - 9),
+        "per_head_random": torch.rand(b, hq, s, s, generator=g) > 0.7,
+        "rows_without_keys": rows_dead,
+        "padding_keys_only": keep[:, None, None, :],
+        "additive_causal": torch.zeros(s, s).masked_fill(~causal, -math.inf),
+        "additive_finite_min": torch.zeros(s, s).masked_fill(~causal, torch.finfo(torch.float32).min),
+    }
+
+
+@pytest.mark.parametrize("name", list(_masks_like_transformers(2, 4, 48)))
+def test_mask_ranges_skip_only_hidden_blocks(tunables, device, name):
+    # With an attn_mask the kernels visit only the blocks inside the span the mask leaves visible
+    # (a pre-pass on the device): output and gradients bitwise those of visiting every block,
+    # and as torch's.
+    b, hq, hkv, s, d = 2, 4, 2, 48, 16
+    mask = _masks_like_transformers(b, hq, s)[name].to(device)
+    q, k, v = _qkv(b, hq, hkv, s, s, d, device, seed=9)
+    runs = []
+    for pairs in (2**62, 0):  # ranges never taken, then always
+        tunables("flash_attention", MASK_RANGES_MIN_PAIRS=pairs)
+        got, want = _grads_vs_torch(q, k, v, mask=mask, gqa=True, seed=4)
+        runs.append(got)
+    for name_, a, c in zip(("out", "dq", "dk", "dv"), *runs):
+        assert torch.equal(a, c), name_
+    _assert_close_all(runs[1], want, 1e-5)
+
+
+def test_mask_ranges_are_the_visible_span_per_block(device):
+    # Causal 64 x 64 in blocks of 16: query block i sees keys [0, 16 (i + 1)); key block j is
+    # seen by rows [16 j, 64); a padding mask (B, 1, 1, Sk) spans its kept keys for every block;
+    # a block the mask hides entirely gets first > last.
+    i, j = torch.arange(64)[:, None], torch.arange(64)[None, :]
+    m, _, _, is_bool = L._mask_args((j <= i).to(device), torch.empty(1, 2, 64, 8, device=device), 64)
+    ranges, strides = L._mask_ranges(m, is_bool, 16, 16, 1, False)
+    assert ranges.shape == (1, 2, 4, 2) and strides[1] == 0
+    assert ranges[0, 0].tolist() == [[0, 16], [0, 32], [0, 48], [0, 64]]
+    ranges, _ = L._mask_ranges(m, is_bool, 16, 16, 2, True)
+    assert ranges.shape == (1, 1, 4, 2) and ranges[0, 0].tolist() == [[0, 64], [16, 64], [32, 64], [48, 64]]
+    keep = torch.zeros(2, 1, 1, 64, dtype=torch.bool)
+    keep[0, ..., 20:40] = True  # the second sequence keeps no key at all
+    m, _, _, is_bool = L._mask_args(keep.to(device), torch.empty(2, 2, 64, 8, device=device), 64)
+    ranges, strides = L._mask_ranges(m, is_bool, 16, 16, 1, False)
+    assert strides[2] == 0 and ranges[0, 0, 0].tolist() == [20, 40]
+    first, last = ranges[1, 0, 0].tolist()
+    assert first > last
+    ranges, _ = L._mask_ranges(m, is_bool, 16, 16, 1, True)
+    assert ranges[0, 0].tolist() == [[64, 0], [0, 64], [0, 64], [64, 0]]
+
+
+def test_kernels_visit_only_the_ranges_they_are_given(monkeypatch, tunables, device):
+    # Ranges that hide everything leave every row without a key in the forward (output 0) and
+    # every block unvisited in both backward kernels (gradients 0): the kernels read them.
+    tunables("flash_attention", MASK_RANGES_MIN_PAIRS=0)
+    real = L._mask_ranges
+
+    def nothing(m, mask_bool, block_m, block_n, g, over_queries):
+        ranges, strides = real(m, mask_bool, block_m, block_n, g, over_queries)
+        empty = torch.tensor([ranges.shape[-2] * 10**6, 0], dtype=torch.int32, device=ranges.device)
+        return empty.expand(ranges.shape), (0, 0, 0)
+
+    monkeypatch.setattr(L, "_mask_ranges", nothing)
+    q, k, v = _qkv(1, 2, 1, 40, 40, 16, device, seed=2, grad=True)
+    mask = torch.ones(40, 40, dtype=torch.bool, device=device)
+    out = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert (out == 0).all() and all((gr == 0).all() for gr in grads)

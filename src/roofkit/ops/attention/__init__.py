@@ -24,7 +24,9 @@ Program mapping.
   (blocks every row sees) and masked parts (the band's edges and the ragged last block); blocks
   outside the band are never visited. An attn_mask tile is loaded and applied in every block
   (boolean: -inf where False; additive: added to the scaled scores, in base 2, the scale then
-  not folded into the exponent). The grid's second axis runs the query blocks from the last
+  not folded into the exponent); with a large mask (``MASK_RANGES_MIN_PAIRS``) the blocks it
+  hides entirely are skipped too (RANGED: each block's visible span from a device pre-pass over
+  the mask, ``_launch._mask_ranges``; the backward kernels likewise). The grid's second axis runs the query blocks from the last
   (heaviest under causal masking) to the first, so the longest programs start first. K and
   V blocks come through 4-D tensor descriptors (TMA; rows past Sk zero-filled per (batch, head))
   on Hopper and newer when the head dim is a power of two and the strides are 16-byte aligned,

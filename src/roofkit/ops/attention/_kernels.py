@@ -151,6 +151,22 @@ def _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.const
 
 
 @triton.jit
+def _clamp_to_range(lo, a, b, hi, range_ptr, BLOCK: tl.constexpr):
+    """(lo, a, b, hi) of ``_kv_range`` (or the dK/dV kernel's query bounds) cut to the span
+    [r_lo, r_hi) at ``range_ptr`` outside which the attn_mask hides every pair of this block
+    (RANGED; r_lo > r_hi when it hides all), r_lo rounded down and r_hi up to whole blocks: the
+    sections stay block-aligned and disjoint, and a block skipped held only masked pairs (whose
+    p is exactly 0: skipping them changes no bit)."""
+    r_lo = tl.load(range_ptr)
+    r_hi = tl.load(range_ptr + 1)
+    lo = tl.maximum(lo, (r_lo // BLOCK) * BLOCK)
+    hi = tl.minimum(hi, tl.cdiv(r_hi, BLOCK) * BLOCK)
+    a = tl.minimum(tl.maximum(a, lo), hi)
+    b = tl.minimum(tl.maximum(b, a), hi)
+    return lo, a, b, hi
+
+
+@triton.jit
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o_lo_ptr, k_desc, v_desc, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -158,9 +174,10 @@ def _attn_fwd_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_mb, stride_mh, stride_mm, stride_mn,
+    range_ptr, stride_rb, stride_rh, stride_rm,
     Hq, G, Sq, Sk, D, diag, diag_lo, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    RANGED: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O_LO: tl.constexpr, DESC: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -192,12 +209,15 @@ def _attn_fwd_kernel(
     mask_rows = mask_ptr + b * stride_mb + h * stride_mh + offs_m[:, None].to(tl.int64) * stride_mm
 
     lo, n_a, n_b, hi = _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT, BLOCK_M, BLOCK_N)
+    if RANGED:  # the mask's span of keys for this query block (host: _mask_ranges)
+        lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
+                                           + pid_m * stride_rm, BLOCK_N)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     b32 = b.to(tl.int32)
     hk32 = hk.to(tl.int32)
-    if HAS_LEFT:
+    if HAS_LEFT:  # (without a left edge [lo, n_a) is empty: RANGED moves both to the span's start)
         acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                         stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                         offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
@@ -453,9 +473,10 @@ def _attn_bwd_dkdv_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_mb, stride_mh, stride_mm, stride_mn,
+    range_ptr, stride_rb, stride_rh, stride_rm,
     Hkv, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
+    RANGED: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -493,6 +514,9 @@ def _attn_bwd_dkdv_kernel(
     m_lo = tl.minimum(m_lo, m_hi)
     m_a = tl.minimum(tl.maximum(m_a, m_lo), m_hi)
     m_b = tl.minimum(tl.maximum(m_b, m_a), m_hi)
+    if RANGED:  # the mask's span of query rows for these keys, over the group's heads (host: _mask_ranges)
+        m_lo, m_a, m_b, m_hi = _clamp_to_range(m_lo, m_a, m_b, m_hi, range_ptr + b * stride_rb + hk * stride_rh
+                                               + tl.program_id(1) * stride_rm, BLOCK_M)
     for g in range(0, G):
         h = hk * G + g
         bh = b * (Hkv * G) + h
@@ -573,9 +597,10 @@ def _attn_bwd_dq_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     stride_mb, stride_mh, stride_mm, stride_mn,
+    range_ptr, stride_rb, stride_rh, stride_rm,
     Hq, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    RANGED: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -605,8 +630,11 @@ def _attn_bwd_dq_kernel(
     v_base = v_ptr + b * stride_vb + hk * stride_vh
     mask_rows = mask_ptr + b * stride_mb + h * stride_mh + offs_m[:, None].to(tl.int64) * stride_mm
     lo, n_a, n_b, hi = _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT, BLOCK_M, BLOCK_N)
+    if RANGED:  # the mask's span of keys for this query block (host: _mask_ranges)
+        lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
+                                           + pid_m * stride_rm, BLOCK_N)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    if HAS_LEFT:
+    if HAS_LEFT:  # (without a left edge [lo, n_a) is empty: RANGED moves both to the span's start)
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                                 stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                 offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,

@@ -48,6 +48,13 @@ ATOMIC_DQ = False
 # newer, or the interpreter; 16-bit inputs; head dim a power of two; 16-byte aligned strides).
 FWD_DESC = True
 
+# With an attn_mask of at least MASK_RANGES_MIN_PAIRS (query, key) pairs the kernels visit only the
+# span of blocks the mask leaves visible (``_mask_ranges``: a pre-pass over the mask on the device):
+# a causal or padding mask that transformers builds (while torch.compile traces, even for plain
+# causal attention) costs about the causal band, not every pair. Below it the pre-pass's few
+# launches would cost more host time than they save.
+MASK_RANGES_MIN_PAIRS = 1 << 20
+
 # Decoding (split-KV) is taken when a GQA group's query rows fit one tile of at most
 # DECODE_MAX_ROWS rows and the KV sequence has at least DECODE_MIN_SK keys.
 DECODE_MAX_ROWS = 64
@@ -170,6 +177,53 @@ def _band(sq: int, sk: int, window: tuple[int, int], bottom_right: bool) -> Band
     return Band(right >= 0, left >= 0, d0 + right if right >= 0 else 0, d0 - left if left >= 0 else 0)
 
 
+def _mask_ranges(m: torch.Tensor, mask_bool: bool, block_m: int, block_n: int, g: int, over_queries: bool):
+    """The span of the mask's visible pairs per block, for the kernels to visit nothing outside it
+    (RANGED), computed on the device (no synchronization). ``m``: the mask as ``_mask_args`` gives
+    it, (B, Hq, Sq, Sk) with stride-0 broadcast dimensions; a pair is visible where a boolean mask
+    is nonzero or an additive one is not -inf (a finite bias, however negative, takes part).
+    Returns (ranges, (stride_b, stride_h, stride_block)): int32 [..., 2] = (first, last + 1), for
+    each (batch, query head, block of block_m query rows) the keys (``over_queries`` False), or
+    for each (batch, KV head, block of block_n keys) the query rows of the KV head's g query heads
+    (True); first > last + 1 where the mask hides every pair. Broadcast dimensions keep stride 0."""
+    B, hq, sq, sk = m.shape
+    # the mask's own extent: a broadcast dimension is read once
+    own = m[tuple(slice(0, 1) if st == 0 else slice(None) for st in m.stride())]
+    vis = own != 0 if mask_bool else own != float("-inf")
+    bd, hd, qd, kd = vis.shape
+    if over_queries:
+        if kd > 1:  # any visible pair per (row, block of keys)
+            n_blk = cdiv(sk, block_n)
+            vis = torch.nn.functional.pad(vis, (0, n_blk * block_n - sk)).view(bd, hd, qd, n_blk, block_n).any(4)
+        if hd > 1 and g > 1:  # a KV head serves its group's query heads: their union
+            vis = vis.view(bd, hd // g, g, qd, vis.shape[-1]).any(2)
+        extent, length = vis.transpose(2, 3), sq  # (b, h, key blocks, rows)
+    else:
+        if qd > 1:  # any visible pair per (block of rows, key)
+            n_blk = cdiv(sq, block_m)
+            vis = torch.nn.functional.pad(vis, (0, 0, 0, n_blk * block_m - sq)).view(bd, hd, n_blk, block_m, kd).any(3)
+        extent, length = vis, sk  # (b, h, row blocks, keys)
+    n = extent.shape[-1]
+    if n == 1:  # broadcast along the spanned dimension: all of it or none
+        first = torch.where(extent[..., 0], 0, length)
+        last = torch.where(extent[..., 0], length, 0)
+    else:
+        idx = torch.arange(n, device=m.device, dtype=torch.int32)
+        first = torch.where(extent, idx, n).amin(-1)
+        last = torch.where(extent, idx + 1, 0).amax(-1)
+    ranges = torch.stack((first, last), -1).to(torch.int32)
+    heads, blocks = (hq // g, cdiv(sk, block_n)) if over_queries else (hq, cdiv(sq, block_m))
+    ranges = ranges.expand(B, heads, blocks, 2)
+    return ranges, tuple(ranges.stride()[:3])
+
+
+def _ranged(has_mask: bool, sq: int, sk: int) -> bool:
+    return has_mask and sq * sk >= MASK_RANGES_MIN_PAIRS
+
+
+_NO_RANGES = (0, 0, 0)
+
+
 def _mask_args(mask: torch.Tensor | None, q: torch.Tensor, sk: int):
     """(tensor, its 4 strides as (B, Hq, Sq, Sk), HAS_MASK, MASK_BOOL) for the kernels: the
     mask broadcast to (B, Hq, Sq, Sk) as a view (broadcast dimensions get stride 0, nothing is
@@ -252,9 +306,11 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * out.stride(2)) >= 2**31
     grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
+    ranged = _ranged(has_mask, sq, sk)
+    rng, r_strides = _mask_ranges(m, mask_bool, cfg.BLOCK_M, cfg.BLOCK_N, g, False) if ranged else (lse, _NO_RANGES)
     launch(_LAUNCHES, _attn_fwd_kernel, grid,
-        q, k, v, out, lse_hi, lse_lo, o_lo, *(descs or (k, v)), m, *strides, hq, g, sq, sk, d,
-        band.diag, band.diag_lo, qk_scale,
+        q, k, v, out, lse_hi, lse_lo, o_lo, *(descs or (k, v)), m, *strides, rng, *r_strides, hq, g, sq, sk, d,
+        band.diag, band.diag_lo, qk_scale, RANGED=ranged,
         BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O_LO=keep_lo, DESC=descs is not None,
         # An additive mask is added to the scaled scores: the scale cannot be folded.
         FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL and not (has_mask and not mask_bool),
@@ -313,17 +369,22 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
     else:
         dq_acc = torch.zeros((B, hq, sq, d), dtype=torch.float32, device=q.device)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    ranged = _ranged(has_mask, sq, sk)
+    rng, r_strides = (_mask_ranges(m, mask_bool, kv_cfg.BLOCK_M, kv_cfg.BLOCK_N, g, True) if ranged
+                      else (delta, _NO_RANGES))
     launch(_LAUNCHES, _attn_bwd_dkdv_kernel, (B * hkv, cdiv(sk, kv_cfg.BLOCK_N)),
         q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, m, *common, *dk.stride(), *m_strides,
-        hkv, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E,
+        rng, *r_strides, hkv, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E, RANGED=ranged,
         ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne, LSE_LO=lse_lo,
         BLOCK_M=kv_cfg.BLOCK_M, BLOCK_N=kv_cfg.BLOCK_N, BLOCK_D=d_pad,
         num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **edges, **flags,
     )
     if deterministic:
+        rng, r_strides = (_mask_ranges(m, mask_bool, q_cfg.BLOCK_M, q_cfg.BLOCK_N, g, False) if ranged
+                          else (delta, _NO_RANGES))
         launch(_LAUNCHES, _attn_bwd_dq_kernel, (B * hq, cdiv(sq, q_cfg.BLOCK_M)),
             q, k, v, do, lse[0], lse[1], delta, dq, m, *common, *dq.stride(), *m_strides,
-            hq, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E,
+            rng, *r_strides, hq, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E, RANGED=ranged,
             BF16_RNE=rne, LSE_LO=lse_lo,
             BLOCK_M=q_cfg.BLOCK_M, BLOCK_N=q_cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=q_cfg.num_warps, num_stages=q_cfg.num_stages, **edges, **flags,
@@ -333,5 +394,5 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
 
 
 # The tunables of this family's heuristics: what roofkit.config.override may set.
-TUNABLES = ("ATOMIC_DQ", "FWD_DESC", "DECODE_MAX_ROWS", "DECODE_MIN_SK", "DECODE_PROGRAMS_PER_SM",
+TUNABLES = ("ATOMIC_DQ", "FWD_DESC", "MASK_RANGES_MIN_PAIRS", "DECODE_MAX_ROWS", "DECODE_MIN_SK", "DECODE_PROGRAMS_PER_SM",
             "DECODE_MIN_BLOCKS")
