@@ -180,6 +180,10 @@ def _worker(spec: dict) -> dict:
         model.eval()
         ids = ids[:1]
         new = spec["decode_tokens"]
+        # The tokens fed are fixed (the same for every provider), not each provider's own choices:
+        # its next-token choice at each step is then compared with eager's on the same inputs (with
+        # greedy feeding, one near tie that 16-bit rounding flips would change every later input).
+        feed = torch.randint(0, vocab, (1, new), device=device, generator=g)
         # the cache argument's name (transformers renames past_key_values to cache)
         inner = getattr(model, "_orig_mod", model)
         name = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
@@ -188,14 +192,12 @@ def _worker(spec: dict) -> dict:
             with torch.no_grad():
                 cache = DynamicCache(config=model.config)
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{name: cache})
-                nxt = out.logits[:, -1:].argmax(-1)
-                made = [nxt]
+                made = [out.logits[:, -1:].argmax(-1)]
                 _sync(device)
                 t0 = time.perf_counter()
-                for _ in range(new):
-                    out = model(input_ids=nxt, use_cache=True, **{name: cache})
-                    nxt = out.logits[:, -1:].argmax(-1)
-                    made.append(nxt)
+                for t in range(new):
+                    out = model(input_ids=feed[:, t:t + 1], use_cache=True, **{name: cache})
+                    made.append(out.logits[:, -1:].argmax(-1))
                 _sync(device)
                 elapsed = (time.perf_counter() - t0) / new
                 check[:] = [int(t) for t in torch.cat(made, -1).flatten().tolist()]  # after the timing
