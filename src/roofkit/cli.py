@@ -200,7 +200,7 @@ def cmd_eval(args) -> int:
     try:
         rep = evaluate(args.candidate, args.op, cases=args.cases, quick=args.quick, seeds=args.seeds,
                        timeout_s=args.timeout, total_timeout_s=args.total_timeout, dtypes=dtypes or None,
-                       hidden=args.hidden)
+                       hidden=args.hidden, backward=args.backward)
     except EvaluationError as e:
         print(f"roofkit eval: {e}", file=sys.stderr)
         return 2
@@ -456,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", type=int, default=2, help="calls on fresh inputs per case and dtype (default: 2)")
     s.add_argument("--hidden", type=int, default=3,
                    help="shapes no case of the op has, drawn afresh and judged beside the cases (default: 3)")
+    s.add_argument("--backward", action="store_true",
+                   help="require the op's backward (an output without an autograd graph is rejected); without it a "
+                        "candidate's gradients are judged when its output carries a graph")
     s.add_argument("--timeout", type=float, default=120.0, help="seconds one call may take (default: 120)")
     s.add_argument("--total-timeout", type=float, default=1800.0,
                    help="seconds the whole evaluation may take (default: 1800)")

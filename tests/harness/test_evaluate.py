@@ -44,6 +44,7 @@ EXPLOITS = {
     "returns_meta": "wrong_type",
     "forges_channel_frame": "protocol",
     "public_shapes_only": "wrong_result",  # caught on the hidden shapes
+    "wrong_backward": "wrong_gradient",  # the right forward, a wrong backward
     "hangs": "hang",  # last: a hang costs the call limit and a fresh worker
 }
 HONEST = ["honest_torch", "honest_triton"]
@@ -177,3 +178,21 @@ def test_hidden_shapes_are_new_buildable_and_bounded():
     assert rep.accepted and sum(r.case.startswith("hidden_") for r in rep.rows) == 2
     with pytest.raises(EvaluationError, match="hidden must be an integer >= 0"):
         evaluate(ZOO / "zeros.py", "softmax", hidden=-1)
+
+
+def test_eval_judges_gradients_when_the_output_carries_a_graph(zoo_reports):
+    # torch's softmax carries autograd: every call's gradient is judged (and right); the Triton
+    # candidate has no backward: judged on its forward only, unless the backward is required.
+    honest = zoo_reports["honest_torch"]
+    assert all(r.gradients == "judged" for r in honest.rows) and "gradients judged on" in honest.summary()
+    assert all(r.gradients == "none" for r in zoo_reports["honest_triton"].rows)
+    wrong = next(f for f in zoo_reports["wrong_backward"].findings if f.cls == "wrong_gradient")
+    assert "grad[0]" in wrong.detail and "err_l2=" in wrong.detail
+    assert "wrong_result" not in zoo_reports["wrong_backward"].classes  # its forward is torch's
+
+
+def test_eval_backward_required_rejects_a_forward_only_candidate():
+    rep = evaluate_many([ZOO / "honest_triton.py", ZOO / "honest_torch.py"], "softmax", cases=CASES[:1], seeds=1,
+                        timeout_s=CALL_TIMEOUT_S, dtypes=[torch.float32], hidden=1, backward=True)
+    assert not rep[0].accepted and rep[0].classes == {"no_gradient"}, rep[0].summary()
+    assert rep[1].accepted, rep[1].summary()

@@ -109,14 +109,36 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
         msg = _recv(rfd)
         if msg is None or msg["kind"] != "call":
             return 0
-        args, kwargs = msg["args"], msg["kwargs"]
-        reply = {"kind": "result", "seq": msg["seq"], "status": "ok", "type": "", "out": None, "message": ""}
+        args, kwargs = list(msg["args"]), msg["kwargs"]
+        grad_pos = msg.get("grad") or []
+        # Arguments whose gradients are judged: each a leaf that requires grad seen through one
+        # autograd step (so a candidate may still write into it, and be caught doing so).
+        leaves = [args[i].detach().requires_grad_(True) for i in grad_pos]
+        for i, leaf in zip(grad_pos, leaves):
+            args[i] = leaf * 1
+        reply = {"kind": "result", "seq": msg["seq"], "status": "ok", "type": "", "out": None, "message": "",
+                 "grad_status": "", "grads": []}
         try:
             with poisoned_allocations():
                 out = fn(*args, **kwargs)
             reply["type"] = f"{type(out).__module__}.{type(out).__qualname__}"
             if isinstance(out, torch.Tensor):
                 reply["out"] = _plain(out)
+                dy = msg.get("dy")
+                if not grad_pos:
+                    pass
+                elif not out.requires_grad:
+                    reply["grad_status"] = "none"
+                elif (out.shape, out.dtype) != (dy.shape, dy.dtype):
+                    reply["grad_status"] = "skipped"  # (the forward's shape or dtype is wrong already)
+                else:
+                    try:
+                        with poisoned_allocations():
+                            grads = torch.autograd.grad(out, leaves, dy, allow_unused=True)
+                        reply["grads"] = [None if g is None else _plain(g) for g in grads]
+                        reply["grad_status"] = "ok"
+                    except Exception as e:  # noqa: BLE001 (SystemExit and the like pass as they are)
+                        reply.update(grad_status="exception", grad_message=_describe(e))
         except SystemExit as e:
             reply.update(status="exit", message=f"sys.exit({e.code!r})")
         except BaseException as e:  # noqa: BLE001 (whatever the candidate raises is reported)

@@ -9,11 +9,15 @@ file, and runs it. Results come back over a private pipe as ``torch.save`` bytes
 with fresh inputs, the rounds interleaved over all cases in a random order, so answers that
 depend on the call count or replay an earlier output are caught.
 
-Finding classes (one :class:`Finding` per class and case): ``wrong_result``, ``nan``,
-``wrong_shape``, ``wrong_dtype``, ``wrong_type``, ``tensor_subclass``, ``input_mutation``,
-``cached``, ``stateful``, ``exception``, ``exit``, ``crash``, ``hang``, ``protocol``.
-This slice checks forward outputs on the CPU (the Triton interpreter); gradients and timing are
-not judged yet (docs/eval.md).
+Finding classes (one :class:`Finding` per class and case): ``wrong_result``, ``wrong_gradient``,
+``no_gradient``, ``nan``, ``wrong_shape``, ``wrong_dtype``, ``wrong_type``, ``tensor_subclass``,
+``input_mutation``, ``cached``, ``stateful``, ``exception``, ``exit``, ``crash``, ``hang``,
+``protocol``. Gradients: for an op with a backward, every call also sends a grad_output (drawn as
+verify draws it) and the arguments verify differentiates; a candidate whose output carries an
+autograd graph has its gradients judged against the float64 reference's (verify's rules); one
+whose output carries none is judged on its forward only, or rejected (``no_gradient``) when the
+backward is required. This slice runs on the CPU (the Triton interpreter); timing is not judged
+yet (docs/eval.md).
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ import torch
 from . import registry
 from .inputs import make_generator
 from .spec import Case, OpSpec
-from .verify import _bitwise_equal, _clone_layout, check_outputs, reference_outputs, select_cases
+from .verify import _bitwise_equal, _clone_layout, _grad_outputs, check_outputs, reference_outputs, select_cases
 
-CLASSES = ("wrong_result", "nan", "wrong_shape", "wrong_dtype", "wrong_type", "tensor_subclass", "input_mutation",
+CLASSES = ("wrong_result", "wrong_gradient", "no_gradient", "nan", "wrong_shape", "wrong_dtype", "wrong_type", "tensor_subclass", "input_mutation",
            "cached", "stateful", "exception", "exit", "crash", "hang", "protocol")
 QUICK_FALLBACK = 3  # cases taken by ``quick`` from a spec that tags none quick
 HIDDEN_CASES = 3  # shapes no case of the op has, judged beside the evaluated cases
@@ -80,6 +84,7 @@ class CallRow:
     budget_l2: float = math.nan
     torch_err_l2: float = math.nan
     classes: list[str] = field(default_factory=list)
+    gradients: str = ""  # "judged", "none" (the output carried no autograd graph), "" (not asked)
 
 
 @dataclass
@@ -109,7 +114,10 @@ class Report:
         if self.error is not None:
             return f"{self.candidate}: evaluation could not run: {self.error}"
         verdict = "ACCEPTED" if self.accepted else "REJECTED"
-        head = f"{self.candidate} as {self.op}: {verdict} ({len(self.rows)} calls, {self.elapsed_s:.1f} s)"
+        asked = [r for r in self.rows if r.gradients]
+        grads = (f"; gradients judged on {sum(r.gradients == 'judged' for r in asked)} of {len(asked)} calls that "
+                 "asked for them" if asked else "")
+        head = f"{self.candidate} as {self.op}: {verdict} ({len(self.rows)} calls{grads}, {self.elapsed_s:.1f} s)"
         return "\n".join([head] + [f"  {f.cls}: {f.case}: {f.detail}" for f in self.findings])
 
     def table(self) -> str:
@@ -287,6 +295,15 @@ def _hidden(spec: OpSpec, keys, count: int, rng: random.Random) -> list[tuple[Ca
     return out
 
 
+def _grad_positions(spec: OpSpec, case: Case, inputs) -> list[int]:
+    """The arguments whose gradients verify checks for this case (floating tensors of the spec's
+    grad_args), or none."""
+    if not case.get("grad", True):
+        return []
+    return [i for i in spec.grad_args if i < len(inputs.args) and isinstance(inputs.args[i], torch.Tensor)
+            and inputs.args[i].is_floating_point()]
+
+
 def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
@@ -317,6 +334,38 @@ def _log_tail(cand_dir: str, n: int = 300) -> str:
 
 
 # ----------------------------------------------------------------------------- judging one call
+
+
+def _judge_gradients(spec, case, dtype, row: CallRow, msg: dict, grad_expected, grad_refs, backward: bool,
+                     report: Report, where: str) -> None:
+    """The gradients a call sent back, against the float64 reference's (verify's rules)."""
+    status = msg.get("grad_status")
+    if status == "none":
+        row.gradients = "none"
+        if backward:
+            report.add("no_gradient", where, "the output carries no autograd graph: the op's backward was required")
+            row.classes.append("no_gradient")
+        return
+    if status == "skipped":  # the forward's shape or dtype was wrong (judged above)
+        return
+    if status == "exception":
+        report.add("exception", where, f"in the backward: {str(msg.get('grad_message', ''))[:500]}")
+        row.classes.append("exception")
+        return
+    if status != "ok":
+        raise _Malformed(f"gradient status {status!r}")
+    row.gradients = "judged"
+    grads = list(msg.get("grads") or [])
+    if len(grads) != len(grad_expected) or not all(g is None or type(g) is torch.Tensor for g in grads):
+        raise _Malformed("gradients of another number or type than asked for")
+    got = [(name, g) for (name, _), g in zip(grad_expected, grads)]
+    for c in check_outputs(spec, case, dtype, grad_refs, grad_expected, got, torch.device("cpu")):
+        for reason in c.reasons:
+            cls = "nan" if "NaN/inf" in reason else "wrong_gradient"
+            report.add(cls, where, f"{c.output}: {reason} (err_l2={c.err_l2:.3g}, budget={c.budget_l2:.3g}, "
+                                   f"torch={c.torch_err_l2:.3g}{', worst ' + c.worst if c.worst else ''})")
+            if cls not in row.classes:
+                row.classes.append(cls)
 
 
 def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pristine, history,
@@ -397,7 +446,8 @@ class _Judge:
             self.worker.close()
             self.worker = None
 
-    def run(self, path: Path, spec: OpSpec, keys, seeds: int, timeout_s: float, total_timeout_s: float) -> Report:
+    def run(self, path: Path, spec: OpSpec, keys, seeds: int, timeout_s: float, total_timeout_s: float,
+            backward: bool = False) -> Report:
         t0 = time.monotonic()
         report = Report(spec.name, str(path))
         deadline_total = t0 + total_timeout_s
@@ -446,13 +496,25 @@ class _Judge:
                     seed = int.from_bytes(os.urandom(8), "big") >> 2
                     inputs = spec.make_inputs(case, dtype, make_generator(seed, "cpu"), torch.device("cpu"))
                     pristine = inputs.map(lambda t: _clone_layout(t.detach()))
-                    expected, refs = reference_outputs(spec, inputs.map(lambda t: _clone_layout(t.detach())), (), 0)
+                    grad_pos, grad_seed = _grad_positions(spec, case, inputs), seed + 7919
+                    fill = case.get("grad_output", "normal")
+                    expected, refs = reference_outputs(spec, inputs.map(lambda t: _clone_layout(t.detach())), grad_pos,
+                                                       grad_seed, fill)
+                    grad_expected = [x for x in expected if x[0].startswith("grad[")]
+                    grad_refs = [x for x in refs if x[0].startswith("grad[")]
+                    expected = [x for x in expected if not x[0].startswith("grad[")]
+                    refs = [x for x in refs if not x[0].startswith("grad[")]
+                    call = {"kind": "call", "seq": len(report.rows) + 1, "args": list(inputs.args),
+                            "kwargs": dict(inputs.kwargs)}
+                    if grad_pos and len(expected) == 1:  # (one output: the grad_output verify draws for it)
+                        call["grad"] = grad_pos
+                        call["dy"] = _grad_outputs([expected[0][1]], grad_seed, None,
+                                                   case.get("grad_layout", "contiguous"), fill)[0][1]
                     row = CallRow(case.name, _dtype_name(dtype), rnd, seed, "ok", False)
                     report.rows.append(row)
                     limit_s = timeout_s
                     call_deadline = min(time.monotonic() + timeout_s, deadline_total)
-                    w.send({"kind": "call", "seq": len(report.rows), "args": list(inputs.args),
-                            "kwargs": dict(inputs.kwargs)}, call_deadline)
+                    w.send(call, call_deadline)
                     msg = w.recv(call_deadline)
                     if msg.get("kind") == "ended":
                         row.status = "exit"
@@ -471,6 +533,11 @@ class _Judge:
                         return report
                     try:
                         _judge_call(spec, case, dtype, row, msg, expected, refs, pristine, history[k], report)
+                        if "grad" in call and row.status == "ok" and msg.get("grad_status"):
+                            _judge_gradients(spec, case, dtype, row, msg, grad_expected, grad_refs, backward, report,
+                                             where)
+                        elif "grad" in call and row.status == "ok" and not row.classes:
+                            raise _Malformed("no gradient status for a call that asked for gradients")
                     except Exception as e:  # noqa: BLE001 (whatever came back, the judge itself goes on)
                         raise _Malformed(f"a result the judge could not check ({type(e).__name__}: {e})"[:300]) from e
                     row.passed = not row.classes
@@ -522,6 +589,7 @@ def evaluate_many(
     total_timeout_s: float = TOTAL_TIMEOUT_S,
     dtypes: Iterable[torch.dtype] | None = None,
     hidden: int = HIDDEN_CASES,
+    backward: bool = False,
 ) -> list[Report]:
     """:func:`evaluate` each candidate in turn; one worker process (started once, and again after
     a candidate that broke it) forks a fresh process for each candidate. Candidates that may
@@ -541,7 +609,7 @@ def evaluate_many(
     root = tempfile.mkdtemp(prefix="roofkit-eval-")
     judge = _Judge(root)
     try:
-        return [judge.run(p.resolve(), spec, keys, seeds, timeout_s, total_timeout_s) for p in paths]
+        return [judge.run(p.resolve(), spec, keys, seeds, timeout_s, total_timeout_s, backward) for p in paths]
     finally:
         judge.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -557,6 +625,7 @@ def evaluate(
     total_timeout_s: float = TOTAL_TIMEOUT_S,
     dtypes: Iterable[torch.dtype] | None = None,
     hidden: int = HIDDEN_CASES,
+    backward: bool = False,
 ) -> Report:
     """Judge the function named ``op`` in the file ``path`` against the op's float64 reference.
 
@@ -571,6 +640,9 @@ def evaluate(
         dtypes: only these dtypes (default: the spec's, narrowed per case).
         hidden: how many shapes no case of the op has (drawn afresh from the evaluated cases'
             shapes, from the OS's randomness) are judged beside them, at random positions.
+        backward: require the op's backward: a candidate whose output carries no autograd graph
+            is rejected (``no_gradient``). Without it such a candidate is judged on its forward
+            only; one whose output carries a graph has its gradients judged either way.
     Returns:
         Report; ``accepted`` only if every call passed and nothing was found.
     Raises:
@@ -578,7 +650,7 @@ def evaluate(
             missing function is ``Report.error`` (the candidate could not be run).
     """
     return evaluate_many([path], op, cases=cases, quick=quick, seeds=seeds, timeout_s=timeout_s,
-                         total_timeout_s=total_timeout_s, dtypes=dtypes, hidden=hidden)[0]
+                         total_timeout_s=total_timeout_s, dtypes=dtypes, hidden=hidden, backward=backward)[0]
 
 
 def _spec(op: str) -> OpSpec:
