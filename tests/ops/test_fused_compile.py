@@ -30,8 +30,9 @@ for act in (0, 1, 2):
     out.append(("glu_fwd", act, build(glu._glu_fwd_kernel, {"gate_ptr": "*bf16", "up_ptr": "*bf16", "y_ptr": "*bf16", "n": "i64"},
                                         {"ACT": act, "BF16_RNE": False, "BLOCK": glu.BLOCK}, glu.NUM_WARPS)))
     out.append(("glu_bwd", act, build(glu._glu_bwd_kernel, {"dy_ptr": "*bf16", "gate_ptr": "*bf16", "up_ptr": "*bf16",
-                                        "dgate_ptr": "*bf16", "dup_ptr": "*bf16", "n": "i32"},
-                                        {"ACT": act, "BF16_RNE": False, "BLOCK": glu.BLOCK}, glu.NUM_WARPS)))
+                                        "dgate_ptr": "*bf16", "dup_ptr": "*bf16", "y_ptr": "*bf16", "n": "i32"},
+                                        {"ACT": act, "STORE_Y": act == 0, "BF16_RNE": False, "BLOCK": glu.BLOCK},
+                                        glu.NUM_WARPS)))
 rope = importlib.import_module("roofkit.ops.rope")
 names = ["q_ptr", "k_ptr", "c_ptr", "s_ptr", "oq_ptr", "ok_ptr", "S", "H_q", "H_k", "HALF", "n_sblk", "n_hg_q", "n_hg",
          "sqb", "sqh", "sqs", "skb", "skh", "sks", "scb", "scs", "ssb", "sss", "soqb", "soqh", "soqs", "sokb", "sokh",
