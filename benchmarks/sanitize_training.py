@@ -1,0 +1,36 @@
+"""Small launches of the training kernels for compute-sanitizer: glu_linear forward and backward
+(the product written again in the backward), attention with its output's rounding residual
+(prefill, split-KV decoding, the backward's preprocess and both backward kernels), the AdamW
+update; bf16, fp16 and fp32, odd sizes.
+
+    compute-sanitizer --tool memcheck python3 benchmarks/sanitize_training.py
+    compute-sanitizer --tool racecheck python3 benchmarks/sanitize_training.py
+"""
+import torch, roofkit
+from roofkit.ops.glu import glu_linear
+from roofkit.optim import AdamW
+g = torch.Generator(device="cuda").manual_seed(0)
+def rn(*s, dtype=torch.bfloat16):
+    return torch.randn(*s, device="cuda", dtype=dtype, generator=g)
+for dtype in (torch.bfloat16, torch.float16, torch.float32):
+    for (t, i, o) in [(7, 33, 19), (64, 128, 64), (3, 257, 5), (1, 8, 1)]:
+        gate = rn(t, i, dtype=dtype).requires_grad_(); up = rn(t, i, dtype=dtype).requires_grad_()
+        w = rn(o, i, dtype=dtype).requires_grad_(); b = rn(o, dtype=dtype).requires_grad_()
+        for act in ("silu", "gelu", "gelu_tanh"):
+            y = glu_linear(gate, up, w, b, activation=act)
+            torch.autograd.grad(y, (gate, up, w, b), torch.randn_like(y))
+    for (B, hq, hkv, sq, sk, d, causal) in [(2, 4, 2, 37, 37, 64, True), (1, 2, 1, 1, 700, 128, False),
+                                            (1, 4, 4, 130, 130, 128, True), (2, 2, 1, 16, 33, 80, False)]:
+        q = rn(B, hq, sq, d, dtype=dtype).requires_grad_(); k = rn(B, hkv, sk, d, dtype=dtype).requires_grad_()
+        v = rn(B, hkv, sk, d, dtype=dtype).requires_grad_()
+        o = roofkit.scaled_dot_product_attention(q, k, v, is_causal=causal and sq == sk, enable_gqa=hq != hkv)
+        torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
+for dtype in (torch.bfloat16, torch.float32):
+    ps = [torch.nn.Parameter(rn(n, dtype=dtype)) for n in (1, 7, 1000, 4099)]
+    opt = AdamW(ps, lr=1e-3, weight_decay=0.1)
+    for _ in range(2):
+        for p in ps:
+            p.grad = torch.randn_like(p)
+        opt.step()
+torch.cuda.synchronize()
+print("sanitize new cases ran")
