@@ -46,7 +46,7 @@ from ._common import (FLOAT_DTYPES, INTERPRETED, as_int, bf16_rne, check_same_de
                       device_index, needs_int64, registers_per_sm, shared_memory_limits, sm_count, cdiv, next_pow2)
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
-from .softmax import _post_and_wait, _split_position
+from .softmax import _online_update, _post_and_wait, _segment
 
 try:  # the staged-row kernel is written in Gluon (Triton >= 3.5's explicit-layout dialect)
     from . import _ce_smem
@@ -476,12 +476,7 @@ def _cross_entropy_fwd_kernel(
                 mask = row_mask[:, None] & cmask[None, :]
                 x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
                             eviction_policy="evict_last").to(tl.float32)
-                m_new = tl.maximum(m, tl.max(x, axis=1))
-                dead = m_new == -float("inf")
-                alpha = tl.where(dead, 0.0, tl.exp(m - m_new))
-                e = tl.where(dead[:, None], 0.0, tl.exp(x - m_new[:, None]))
-                s = s * alpha + tl.sum(e, axis=1)
-                m = m_new
+                m, s = _online_update(m, s, x)
                 if SMOOTH:
                     if HAS_WEIGHT:
                         wv = tl.load(w_ptr + offs, mask=cmask, other=0.0).to(tl.float32)
@@ -542,12 +537,7 @@ def _cross_entropy_split_kernel(
     program writes its segment of the gradient from registers (its float32 exponentials,
     rescaled). PHASE 0: one launch, programs wait for their row; PHASE 1 then 2: two launches
     (partials, then the rest) for the interpreter, which runs programs one after another."""
-    row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
-    cols = tl.arange(0, BLOCK_N)
-    offs = seg * SEG + cols
-    if USE_INT64:
-        offs = offs.to(tl.int64)
-    cmask = (cols < SEG) & (offs < C)
+    row, seg, offs, cmask = _segment(count_ptr, M, C, SEG, SPLITS, PHASE, USE_INT64, BLOCK_N)
     row64 = row.to(tl.int64)
     x = tl.load(x_ptr + row64 * stride_xm + offs * stride_xn, mask=cmask, other=-float("inf")).to(tl.float32)
     part = part_ptr + row64 * (3 * SPLITS)

@@ -189,14 +189,7 @@ def _softmax_fwd_kernel(
                 mask = row_mask[:, None] & (offs[None, :] < N)
                 x = tl.load(x_rows + offs[None, :] * stride_xn, mask=mask, other=-float("inf"),
                             eviction_policy="evict_last").to(tl.float32)
-                m_new = tl.maximum(m, tl.max(x, axis=1))
-                # Guard m_new == -inf (nothing finite seen yet): exp(-inf - -inf) would be NaN.
-                # The guard is an equality so that NaN still flows into the sum.
-                dead = m_new == -float("inf")
-                alpha = tl.where(dead, 0.0, tl.exp(m - m_new))
-                e = tl.where(dead[:, None], 0.0, tl.exp(x - m_new[:, None]))
-                s = s * alpha + tl.sum(e, axis=1)
-                m = m_new
+                m, s = _online_update(m, s, x)
             # An all -inf row has s == 0 and m == -inf: z below is NaN, as in torch.
             log_s = tl.log(s)
             # The normalizing pass walks the row backwards: its last chunks are the likeliest
@@ -275,6 +268,19 @@ def _softmax_bwd_kernel(
 
 
 @triton.jit
+def _online_update(m, s, x):
+    """Rows' running max ``m`` and sum ``s`` of exp(x - m) (fp32) after the chunk ``x`` [BLOCK_M,
+    BLOCK_N]: one exp per element, the sum rescaled by exp(m_old - m_new). A row with nothing
+    finite yet (max -inf) adds 0 (exp(-inf - -inf) would be NaN); the guard is an equality, so
+    NaN still flows into the sum."""
+    m_new = tl.maximum(m, tl.max(x, axis=1))
+    dead = m_new == -float("inf")
+    alpha = tl.where(dead, 0.0, tl.exp(m - m_new))
+    e = tl.where(dead[:, None], 0.0, tl.exp(x - m_new[:, None]))
+    return m_new, s * alpha + tl.sum(e, axis=1)
+
+
+@triton.jit
 def _post_and_wait(count_ptr, row, SPLITS: tl.constexpr):
     """Count this program's partial (stored before the call) for ``row``, then spin until all
     SPLITS programs of the row have counted theirs. Release/acquire at GPU scope; the barrier
@@ -302,6 +308,19 @@ def _split_position(count_ptr, M, SPLITS: tl.constexpr, PHASE: tl.constexpr):
 
 
 @triton.jit
+def _segment(count_ptr, M, N, SEG, SPLITS: tl.constexpr, PHASE: tl.constexpr, USE_INT64: tl.constexpr,
+             BLOCK_N: tl.constexpr):
+    """(row, segment, columns, their mask) of this program in a split kernel: columns seg * SEG +
+    [0, BLOCK_N), of which the first SEG below N are the segment's."""
+    row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
+    cols = tl.arange(0, BLOCK_N)
+    offs = seg * SEG + cols
+    if USE_INT64:
+        offs = offs.to(tl.int64)
+    return row, seg, offs, (cols < SEG) & (offs < N)
+
+
+@triton.jit
 def _softmax_split_fwd_kernel(
     x_ptr, y_ptr, part_ptr, count_ptr, M, N, SEG,
     stride_xm, stride_xn, stride_ym, stride_yn,
@@ -312,12 +331,7 @@ def _softmax_split_fwd_kernel(
     programs exchange (max, sum of exp) through ``part_ptr`` (fp32 [M, SPLITS, 2]).
     PHASE 0: one launch, programs wait for their row (``_post_and_wait``). PHASE 1 then PHASE 2:
     two launches (partials, then normalize) for the interpreter, which runs programs in turn."""
-    row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
-    cols = tl.arange(0, BLOCK_N)
-    offs = seg * SEG + cols
-    if USE_INT64:
-        offs = offs.to(tl.int64)
-    mask = (cols < SEG) & (offs < N)
+    row, seg, offs, mask = _segment(count_ptr, M, N, SEG, SPLITS, PHASE, USE_INT64, BLOCK_N)
     row64 = row.to(tl.int64)
     x = tl.load(x_ptr + row64 * stride_xm + offs * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
     part = part_ptr + row64 * (2 * SPLITS)
@@ -355,12 +369,7 @@ def _softmax_split_bwd_kernel(
     """Gradient of one segment per program (mapping and phases as ``_softmax_split_fwd_kernel``);
     the row's programs exchange their partial sum(dy * y) (log_softmax: sum(dy)) through
     ``part_ptr`` (fp32 [M, SPLITS]) and add the partials in a fixed order."""
-    row, seg = _split_position(count_ptr, M, SPLITS, PHASE)
-    cols = tl.arange(0, BLOCK_N)
-    offs = seg * SEG + cols
-    if USE_INT64:
-        offs = offs.to(tl.int64)
-    mask = (cols < SEG) & (offs < N)
+    row, seg, offs, mask = _segment(count_ptr, M, N, SEG, SPLITS, PHASE, USE_INT64, BLOCK_N)
     row64 = row.to(tl.int64)
     dy = tl.load(dy_ptr + row64 * stride_dym + offs * stride_dyn, mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + row64 * stride_ym + offs * stride_yn, mask=mask, other=0.0).to(tl.float32)
