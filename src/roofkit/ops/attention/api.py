@@ -184,7 +184,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             (B, 1, Sq, Sk)), on query's device: boolean (True = the pair takes part) or additive
             (query's dtype or float32; added to the scaled scores, -inf excludes a pair).
             Broadcast dimensions are read with stride 0, never materialized. It gets no
-            gradient: one that requires grad is refused.
+            gradient: one that requires grad is refused. Blocks of pairs it hides entirely are
+            skipped (for masks of ``MASK_RANGES_MIN_PAIRS`` pairs or more), so a NaN / inf in
+            q, k, v (or a +inf in the mask) that only such pairs would meet does not make the
+            output NaN, as torch's math backend (0 * NaN) would; finite values give the same bits.
         dropout_p: must be 0.0 (dropout is not supported).
         is_causal: query i sees key j iff j <= i (top-left alignment, exactly torch's; with
             Sq > Sk every row sees key 0, with Sq < Sk the last Sk - Sq keys are seen by no
