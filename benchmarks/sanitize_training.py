@@ -1,7 +1,7 @@
 """Small launches of the training kernels for compute-sanitizer: glu_linear forward and backward
 (the product written again in the backward), attention with its output's rounding residual
-(prefill, split-KV decoding, the backward's preprocess and both backward kernels), the AdamW
-update; bf16, fp16 and fp32, odd sizes.
+(prefill, split-KV decoding, the backward's preprocess and both backward kernels), attention
+with attn_mask spans (RANGED, every block's span), the AdamW update; bf16, fp16 and fp32, odd sizes.
 
     compute-sanitizer --tool memcheck python3 benchmarks/sanitize_training.py
     compute-sanitizer --tool racecheck python3 benchmarks/sanitize_training.py
@@ -25,6 +25,16 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
         v = rn(B, hkv, sk, d, dtype=dtype).requires_grad_()
         o = roofkit.scaled_dot_product_attention(q, k, v, is_causal=causal and sq == sk, enable_gqa=hq != hkv)
         torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
+# attn_mask spans (RANGED): every block's span from the pre-pass, forward and both backward kernels
+import roofkit.config  # noqa: E402
+
+with roofkit.config.override("flash_attention", MASK_RANGES_MIN_PAIRS=0):
+    for (B, hq, hkv, s, d) in [(2, 4, 2, 300, 64), (1, 2, 1, 517, 128)]:
+        i, j = torch.arange(s, device="cuda")[:, None], torch.arange(s, device="cuda")[None, :]
+        for mask in ((j <= i), (j <= i) & (j > i - 100), torch.rand(B, 1, s, s, device="cuda", generator=g) > 0.6):
+            q = rn(B, hq, s, d).requires_grad_(); k = rn(B, hkv, s, d).requires_grad_(); v = rn(B, hkv, s, d).requires_grad_()
+            o = roofkit.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hq != hkv)
+            torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
 for dtype in (torch.bfloat16, torch.float32):
     ps = [torch.nn.Parameter(rn(n, dtype=dtype)) for n in (1, 7, 1000, 4099)]
     opt = AdamW(ps, lr=1e-3, weight_decay=0.1)

@@ -802,3 +802,28 @@ def test_kernels_visit_only_the_ranges_they_are_given(monkeypatch, tunables, dev
     out = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
     assert (out == 0).all() and all((gr == 0).all() for gr in grads)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("name", ["causal_4d", "causal_left_padding", "packed_sequences", "per_head_random",
+                                  "rows_without_keys", "additive_causal"])
+def test_mask_ranges_skip_only_hidden_blocks_at_gpu_tiles(tunables, name, d):
+    # The GPU's own tiles (64 to 256 rows or keys) over a ragged 1000-token sequence, bf16: with
+    # and without the spans, the same bits.
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    b, hq, hkv, s = 2, 4, 2, 1000
+    masks = _masks_like_transformers(b, hq, s)
+    mask = masks[name].cuda()
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(b, h, s, d, generator=g).cuda().to(torch.bfloat16) for h in (hq, hkv, hkv))
+    dy = torch.randn(b, hq, s, d, generator=g).cuda().to(torch.bfloat16)
+    runs = []
+    for pairs in (2**62, 0):
+        tunables("flash_attention", MASK_RANGES_MIN_PAIRS=pairs)
+        qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
+        out = scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)
+        runs.append((out, *torch.autograd.grad(out, (qq, kk, vv), dy)))
+    for label, a, c in zip(("out", "dq", "dk", "dv"), *runs):
+        assert torch.equal(a, c), label
