@@ -11,6 +11,8 @@
 # decode:   benchmarks/hf_decode.py: HF Llama (Llama-3-8B layer shapes, $LAYERS layers) decoding
 #           one token at a time, eager against roofkit's RMSNorm and attention
 # host:     roofkit bench --suite host (wall time per call and CUDA-graph replay, roofkit and torch)
+# e2e:      roofkit e2e llama3-8b, 8 layers, --mode ${MODE:-train}, every provider (${PROVIDERS} to choose)
+# training: compute-sanitizer memcheck and racecheck on benchmarks/sanitize_training.py
 # bench:    roofkit bench $OPS --suite ${SUITE:-llama3-8b} with every installed provider
 # sanitize: compute-sanitizer memcheck and racecheck on the small cases of $OPS
 # regress:  llama3-8b attention, rms_norm and matmul rows with the sources in $BASE (default
@@ -39,6 +41,13 @@ for step in "$@"; do
            grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-graphs.txt" | tail -20 ;;
     host) timeout ${T:-300} python3 -m roofkit.cli bench ${OPS:-} --suite host --providers roofkit torch \
              --out "$R/bench-host" > "$R/bench-host.txt" 2>&1; echo "rc=$?"; tail -40 "$R/bench-host.txt" | cut -c1-200 ;;
+    e2e) timeout ${T:-500} python3 -m roofkit.cli e2e --model llama3-8b --layers 8 --mode ${MODE:-train} \
+             --providers ${PROVIDERS:-eager torch.compile liger roofkit roofkit-sdpa roofkit+compile} \
+             --out "$R/e2e-${MODE:-train}" > "$R/e2e-${MODE:-train}.txt" 2>&1; echo "rc=$?"
+           tail -12 "$R/e2e-${MODE:-train}.txt" | cut -c1-200 ;;
+    training) for tool in memcheck racecheck; do
+             timeout ${T:-200} compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_training.py \
+               > "$R/sanitizer-training-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -3 "$R/sanitizer-training-$tool.txt"; done ;;
     decode) timeout ${T:-300} python3 benchmarks/hf_decode.py --layers ${LAYERS:-4} --json "$R/hf-decode.json" \
              > "$R/hf-decode.txt" 2>&1; echo "rc=$?"; tail -5 "$R/hf-decode.txt" | cut -c1-300 ;;
     bench) timeout ${T:-400} python3 -m roofkit.cli bench ${OPS:-} --suite ${SUITE:-llama3-8b} \
