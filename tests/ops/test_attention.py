@@ -827,3 +827,30 @@ def test_mask_ranges_skip_only_hidden_blocks_at_gpu_tiles(tunables, name, d):
         runs.append((out, *torch.autograd.grad(out, (qq, kk, vv), dy)))
     for label, a, c in zip(("out", "dq", "dk", "dv"), *runs):
         assert torch.equal(a, c), label
+
+
+@pytest.mark.parametrize("path", ["prefill", "split_kv", "masked", "window"])
+def test_64_bit_offsets_give_the_same_bits(tunables, device, path):
+    # Offsets that can pass 2**31 (long sequences, a (B, S, H, D) layout) are formed in 64 bits:
+    # every kernel's 64-bit form, forced on small inputs, gives the bits of its 32-bit form,
+    # forward (prefill and split-KV decoding) and backward.
+    b, hq, hkv, d = 2, 4, 2, 16
+    sq, sk = (1, 70) if path == "split_kv" else (37, 53)
+    if path == "split_kv":
+        tunables("flash_attention", DECODE_MIN_SK=0, DECODE_MIN_BLOCKS=1, DECODE_PROGRAMS_PER_SM=64)
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(b, sq, hq, d, generator=g).to(device).transpose(1, 2)  # a model's layout
+    k, v = (torch.randn(b, sk, hkv, d, generator=g).to(device).transpose(1, 2) for _ in range(2))
+    mask = (torch.rand(sq, sk, generator=g) > 0.3).to(device) if path == "masked" else None
+    runs = []
+    for start in (2**31, 0):
+        tunables("flash_attention", INT64_FROM=start, MASK_RANGES_MIN_PAIRS=0)
+        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        if path == "window":
+            out = flash_attention(qq, kk, vv, causal=True, window_size=(9, 0))
+        else:
+            out = scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)
+        dy = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(out)
+        runs.append((out, *torch.autograd.grad(out, (qq, kk, vv), dy)))
+    for label, a, c in zip(("out", "dq", "dk", "dv"), *runs):
+        assert torch.equal(a, c), label

@@ -67,6 +67,7 @@ def _attn_fwd_inner(
     EDGE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr,
     MASK_BOOL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     DESC: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    USE_INT64: tl.constexpr = False,
 ):
     """Online softmax over the KV blocks [lo, hi). EDGE: apply the key bound and the band's edges
     (causal diagonal, window). HAS_MASK: the attn_mask tile (rows ``mask_rows``: one pointer per
@@ -79,6 +80,8 @@ def _attn_fwd_inner(
     Otherwise the scores are scaled (and the additive mask added, in base 2) first, then masked."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
+        if USE_INT64:
+            offs_n = offs_n.to(tl.int64)
         if DESC:
             k = k_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
             v = v_desc.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
@@ -222,17 +225,17 @@ def _attn_fwd_kernel(
                                         stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                         offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
                                         True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                        FOLD, BLOCK_N, BLOCK_D)
+                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                     offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
                                     False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                    FOLD, BLOCK_N, BLOCK_D)
+                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                     offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
                                     True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                    FOLD, BLOCK_N, BLOCK_D)
+                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64)
     dead = l_i == 0.0
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -258,7 +261,7 @@ def _attn_decode_kernel(
     Hkv, G, Sq, Sk, D, diag, diag_lo, qk_scale, CHUNK, SPLITS,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
     EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BF16_RNE: tl.constexpr, FINAL: tl.constexpr, STORE_O_LO: tl.constexpr,
+    BF16_RNE: tl.constexpr, FINAL: tl.constexpr, STORE_O_LO: tl.constexpr, USE_INT64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """One KV chunk [CHUNK keys] of one (batch, kv head) against all G * Sq query rows of the
@@ -294,6 +297,8 @@ def _attn_decode_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
+        if USE_INT64:
+            offs_n = offs_n.to(tl.int64)
         key_ok = offs_n < hi
         kv_mask = key_ok[:, None]
         if not EVEN_D:
@@ -379,7 +384,8 @@ def _attn_bwd_preprocess_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     Hq, Sq, D,
-    HAS_LO: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_LO: tl.constexpr, HAS_DLSE: tl.constexpr, USE_INT64: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """delta = rowsum(dO * O) - dlse2 * log2(e) (fp32) for BLOCK_M rows of one (batch, head);
     tile [BLOCK_M, BLOCK_D]. O is the stored output plus, with HAS_LO, its rounding residual
@@ -389,6 +395,8 @@ def _attn_bwd_preprocess_kernel(
     b = (pid_bh // Hq).to(tl.int64)
     h = (pid_bh % Hq).to(tl.int64)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m[:, None] < Sq) & (offs_d[None, :] < D)
     o = tl.load(o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
@@ -411,7 +419,8 @@ def _attn_bwd_dkdv_inner(
     lo, hi, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
     EDGE: tl.constexpr, MASK_KEYS: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr, LSE_LO: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, LSE_LO: tl.constexpr, USE_INT64: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """dK, dV contributions of the query blocks [lo, hi) of one head (transposed tiles: keys x
     queries). EDGE: the band's edges (causal diagonal, window); MASK_KEYS: the ragged last key
@@ -420,6 +429,8 @@ def _attn_bwd_dkdv_inner(
     offs_d = tl.arange(0, BLOCK_D)
     for m0 in range(lo, hi, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
+        if USE_INT64:
+            offs_m = offs_m.to(tl.int64)
         row_ok = offs_m < Sq
         if EVEN_D:
             io_mask = row_ok[:, None]
@@ -477,7 +488,7 @@ def _attn_bwd_dkdv_kernel(
     Hkv, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
     RANGED: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr, USE_INT64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dK, dV [BLOCK_N, D] of one (batch, kv head, key block), summed over the G query heads of
@@ -489,6 +500,8 @@ def _attn_bwd_dkdv_kernel(
     b = (pid_bh // Hkv).to(tl.int64)
     hk = (pid_bh % Hkv).to(tl.int64)
     offs_n = n0 + tl.arange(0, BLOCK_N)
+    if USE_INT64:
+        offs_n = offs_n.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     kv_mask = (offs_n[:, None] < Sk) & (offs_d[None, :] < D)
     k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
@@ -532,18 +545,18 @@ def _attn_bwd_dkdv_kernel(
                                           delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                           stride_mm, stride_mn, m_lo, m_a, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
                                           True, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
-                                          EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
+                                          EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                       delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                       stride_mm, stride_mn, m_a, m_b, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
                                       False, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
-                                      EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
+                                      EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
         if HAS_LEFT:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                           delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                           stride_mm, stride_mn, m_b, m_hi, Sq, Sk, D, diag, diag_lo, sm_scale,
                                           qk_scale, True, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL,
-                                          ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_M, BLOCK_D)
+                                          ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
     dk = dk * sm_scale
     out = b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
     tl.store(dk_ptr + out, _round_for_store(dk, dk_ptr, BF16_RNE), mask=kv_mask)
@@ -557,12 +570,14 @@ def _attn_bwd_dq_inner(
     offs_m, offs_d, lo, hi, Sk, D, diag, diag_lo, qk_scale,
     EDGE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr,
     MASK_BOOL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    LSE_LO: tl.constexpr, BLOCK_N: tl.constexpr,
+    LSE_LO: tl.constexpr, USE_INT64: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """dQ (unscaled) over the KV blocks [lo, hi); EDGE: key bound and the band's edges;
     HAS_MASK: the attn_mask tile, in every block."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
+        if USE_INT64:
+            offs_n = offs_n.to(tl.int64)
         kv_mask = offs_n[:, None] < Sk
         if not EVEN_D:
             kv_mask = kv_mask & (offs_d[None, :] < D)
@@ -601,7 +616,7 @@ def _attn_bwd_dq_kernel(
     Hq, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
     RANGED: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr,
+    BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr, USE_INT64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """dQ [BLOCK_M, D] of one (batch, query head, query block), looping over its visible KV
@@ -614,6 +629,8 @@ def _attn_bwd_dq_kernel(
     hk = h // G
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     row_ok = offs_m < Sq
     io_mask = row_ok[:, None] & (offs_d[None, :] < D)
@@ -638,15 +655,15 @@ def _attn_bwd_dq_kernel(
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                                 stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                 offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
-                                True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
+                                True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                             stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                             offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
-                            False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
+                            False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                             stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                             offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
-                            True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, BLOCK_N)
+                            True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              _round_for_store(dq, dq_ptr, BF16_RNE), mask=io_mask)

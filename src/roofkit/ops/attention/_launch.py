@@ -55,6 +55,10 @@ FWD_DESC = True
 # launches would cost more host time than they save.
 MASK_RANGES_MIN_PAIRS = 1 << 20
 
+# Element offsets from this many on are formed in 64 bits in the kernels (USE_INT64): 2**31, the
+# first that 32-bit arithmetic cannot hold (tests lower it to run the 64-bit forms on small inputs).
+INT64_FROM = 2**31
+
 # Decoding (split-KV) is taken when a GQA group's query rows fit one tile of at most
 # DECODE_MAX_ROWS rows and the KV sequence has at least DECODE_MIN_SK keys.
 DECODE_MAX_ROWS = 64
@@ -292,6 +296,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
             q, k, v, out, lse_hi, lse_lo, o_lo, po, plse[0], plse[1], m, *strides, hkv, g, sq, sk, d,
             band.diag, band.diag_lo, qk_scale, chunk, splits,
             BF16_RNE=bf16_rne(q.dtype), FINAL=splits == 1, STORE_O_LO=keep_lo,
+            USE_INT64=sk * max(abs(k.stride(2)), abs(v.stride(2))) >= INT64_FROM,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **edges, **flags,
         )
@@ -303,7 +308,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
             )
         return out, lse, o_lo
     cfg = _fwd_config(d_pad, band.causal, q.dtype, sq)
-    use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * out.stride(2)) >= 2**31
+    use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * out.stride(2)) >= INT64_FROM
     grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
     ranged = _ranged(has_mask, sq, sk)
@@ -356,11 +361,14 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
     # under an additive mask, whose huge values (finfo.min) can leave all of log2(l) in the low part.
     lse_lo = q.dtype == torch.float32 or (has_mask and not mask_bool)
     delta = torch.empty((B, hq, sq), dtype=torch.float32, device=q.device)
+    # every row offset of q, k, v, out, dO and the gradients (dk and dv share strides)
+    use_int64 = max(sq * max(abs(q.stride(2)), abs(out.stride(2)), abs(do.stride(2)), abs(dq.stride(2))),
+                    sk * max(abs(k.stride(2)), abs(v.stride(2)), abs(dk.stride(2)))) >= INT64_FROM
     pre_m = 64 if not INTERPRETED else 16
     has_dlse = dlse is not None
     launch(_LAUNCHES, _attn_bwd_preprocess_kernel, (B * hq, cdiv(sq, pre_m)),
         out, out if out_lo is None else out_lo, do, dlse[0].contiguous() if has_dlse else lse[0], delta,
-        *out.stride(), *do.stride(), hq, sq, d, HAS_LO=out_lo is not None, HAS_DLSE=has_dlse, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
+        *out.stride(), *do.stride(), hq, sq, d, HAS_LO=out_lo is not None, HAS_DLSE=has_dlse, USE_INT64=use_int64, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
     )
     kv_cfg, q_cfg = _bwd_config(d_pad, q.dtype)
     deterministic = deterministic or not ATOMIC_DQ
@@ -375,7 +383,7 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
     launch(_LAUNCHES, _attn_bwd_dkdv_kernel, (B * hkv, cdiv(sk, kv_cfg.BLOCK_N)),
         q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, m, *common, *dk.stride(), *m_strides,
         rng, *r_strides, hkv, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E, RANGED=ranged,
-        ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne, LSE_LO=lse_lo,
+        ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne, LSE_LO=lse_lo, USE_INT64=use_int64,
         BLOCK_M=kv_cfg.BLOCK_M, BLOCK_N=kv_cfg.BLOCK_N, BLOCK_D=d_pad,
         num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **edges, **flags,
     )
@@ -385,7 +393,7 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
         launch(_LAUNCHES, _attn_bwd_dq_kernel, (B * hq, cdiv(sq, q_cfg.BLOCK_M)),
             q, k, v, do, lse[0], lse[1], delta, dq, m, *common, *dq.stride(), *m_strides,
             rng, *r_strides, hq, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E, RANGED=ranged,
-            BF16_RNE=rne, LSE_LO=lse_lo,
+            BF16_RNE=rne, LSE_LO=lse_lo, USE_INT64=use_int64,
             BLOCK_M=q_cfg.BLOCK_M, BLOCK_N=q_cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=q_cfg.num_warps, num_stages=q_cfg.num_stages, **edges, **flags,
         )
@@ -394,5 +402,5 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
 
 
 # The tunables of this family's heuristics: what roofkit.config.override may set.
-TUNABLES = ("ATOMIC_DQ", "FWD_DESC", "MASK_RANGES_MIN_PAIRS", "DECODE_MAX_ROWS", "DECODE_MIN_SK", "DECODE_PROGRAMS_PER_SM",
+TUNABLES = ("ATOMIC_DQ", "FWD_DESC", "MASK_RANGES_MIN_PAIRS", "INT64_FROM", "DECODE_MAX_ROWS", "DECODE_MIN_SK", "DECODE_PROGRAMS_PER_SM",
             "DECODE_MIN_BLOCKS")
