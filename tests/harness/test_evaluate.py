@@ -136,23 +136,20 @@ def test_eval_whole_evaluation_limit():
 
 def test_a_process_the_candidate_detaches_does_not_outlive_it():
     # A double-forked, setsid process (the way to outlive a process-group kill and take over a
-    # later evaluation's channel) is re-parented to the worker and killed with the candidate.
-    import os
+    # later evaluation's channel) dies with the candidate (re-parented to the worker, or killed
+    # with its PID namespace): its heartbeat, every 0.1 s, stops.
     import time
 
-    pidfile = Path("/tmp/roofkit-eval-zoo-orphan.pid")
-    pidfile.unlink(missing_ok=True)
+    beat = Path("/tmp/roofkit-eval-zoo-orphan.pid")
+    beat.unlink(missing_ok=True)
     rep = evaluate(ZOO / "leaves_a_process.py", "softmax", cases=CASES[:1], seeds=1, timeout_s=CALL_TIMEOUT_S,
                    dtypes=[torch.float32])
     assert rep.accepted, rep.summary()  # its answers are right: only the leftover process is at stake
-    for _ in range(50):
-        if pidfile.exists() and pidfile.read_text():
-            break
-        time.sleep(0.1)
-    pid = int(pidfile.read_text())
-    pidfile.unlink()
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    assert beat.exists(), "the detached process never ran"
+    last = beat.read_text()
+    time.sleep(1.0)
+    assert beat.read_text() == last, "the detached process outlived the candidate"
+    beat.unlink()
 
 
 def test_hidden_shapes_are_new_buildable_and_bounded():
@@ -196,3 +193,30 @@ def test_eval_backward_required_rejects_a_forward_only_candidate():
                         timeout_s=CALL_TIMEOUT_S, dtypes=[torch.float32], hidden=1, backward=True)
     assert not rep[0].accepted and rep[0].classes == {"no_gradient"}, rep[0].summary()
     assert rep[1].accepted, rep[1].summary()
+
+
+def test_a_candidate_cannot_reach_the_judges_process(tmp_path):
+    # In a PID namespace of its own the candidate sees no process outside it: the judge can be
+    # neither signalled nor read through /proc. This candidate answers right only if it cannot.
+    import os
+
+    from roofkit.harness.evaluate import _isolation
+
+    name, prefix = _isolation()
+    if not prefix:
+        pytest.skip(f"no PID namespace for the worker on this machine: {name}")
+    cand = tmp_path / "probes_judge.py"
+    cand.write_text(
+        "import os\nimport torch.nn.functional as F\n\n"
+        f"JUDGE = {os.getpid()}\n\n\n"
+        "def softmax(input, dim=None, _stacklevel=3, dtype=None):\n"
+        "    try:\n"
+        "        os.kill(JUDGE, 0)\n"
+        "        seen = True\n"
+        "    except OSError:\n"
+        "        seen = os.path.exists(f'/proc/{JUDGE}/mem')\n"
+        "    out = F.softmax(input, dim=dim, dtype=dtype)\n"
+        "    return out * 0 if seen else out\n")
+    rep = evaluate(cand, "softmax", cases=CASES[:1], seeds=1, timeout_s=CALL_TIMEOUT_S, dtypes=[torch.float32],
+                   hidden=0)
+    assert rep.isolation == name and rep.accepted, rep.summary()

@@ -97,6 +97,7 @@ class Report:
     rows: list[CallRow] = field(default_factory=list)
     error: str | None = None
     elapsed_s: float = 0.0
+    isolation: str = ""  # what the candidate's process ran in (``_isolation``)
 
     @property
     def accepted(self) -> bool:
@@ -117,7 +118,8 @@ class Report:
         asked = [r for r in self.rows if r.gradients]
         grads = (f"; gradients judged on {sum(r.gradients == 'judged' for r in asked)} of {len(asked)} calls that "
                  "asked for them" if asked else "")
-        head = f"{self.candidate} as {self.op}: {verdict} ({len(self.rows)} calls{grads}, {self.elapsed_s:.1f} s)"
+        head = (f"{self.candidate} as {self.op}: {verdict} ({len(self.rows)} calls{grads}, {self.elapsed_s:.1f} s; "
+                f"isolation: {self.isolation or 'none'})")
         return "\n".join([head] + [f"  {f.cls}: {f.case}: {f.detail}" for f in self.findings])
 
     def table(self) -> str:
@@ -153,6 +155,40 @@ class _Malformed(Exception):
     pass
 
 
+# The worker runs in a PID namespace of its own (with its own /proc) where util-linux's ``unshare``
+# may make one: a candidate then sees, signals and reads the memory of no process outside it (the
+# judge included), and every process in it dies with the worker. As root, or unprivileged through
+# a user namespace.
+_ISOLATIONS = (
+    ("pid namespace", ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")),
+    ("pid namespace (user namespace)", ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc",
+                                        "--kill-child")),
+)
+_ISOLATION: list = []  # (name, command prefix), decided once per process
+
+
+def _isolation() -> tuple[str, tuple[str, ...]]:
+    """(what the worker runs in, the command prefix that puts it there): the first of
+    ``_ISOLATIONS`` this machine allows (tried once), else ("none: ...", ())."""
+    if not _ISOLATION:
+        why = "no unshare command"
+        if shutil.which("unshare"):
+            for name, prefix in _ISOLATIONS:
+                try:
+                    ok = subprocess.run([*prefix, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+                except (OSError, subprocess.SubprocessError):
+                    ok = False
+                if ok:
+                    _ISOLATION.append((name, prefix))
+                    break
+            else:
+                why = "namespaces not permitted here"
+        if not _ISOLATION:
+            _ISOLATION.append((f"none ({why})", ()))
+    return _ISOLATION[0]
+
+
 def _worker_env(root: str) -> dict:
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
     import roofkit
@@ -173,7 +209,8 @@ class _Worker:
         env = _worker_env(root)
         env["ROOFKIT_EVAL_FDS"] = f"{to_r},{from_w}"
         self.log = open(os.path.join(root, "worker.log"), "ab")  # noqa: SIM115 (closed by close())
-        self.proc = subprocess.Popen([sys.executable, "-m", "roofkit.harness._eval_worker"], cwd=root, env=env,
+        self.isolation, prefix = _isolation()
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "roofkit.harness._eval_worker"], cwd=root, env=env,
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                      pass_fds=(to_r, from_w), start_new_session=True)
         os.close(to_r)
@@ -454,6 +491,7 @@ class _Judge:
         if self.worker is None:
             self.worker = _Worker(self.root)
         w = self.worker
+        report.isolation = w.isolation
         self.count += 1
         cand_dir = os.path.join(self.root, f"candidate{self.count}")
         os.mkdir(cand_dir, 0o700)
