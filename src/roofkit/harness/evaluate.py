@@ -396,11 +396,19 @@ def _judge_gradients(spec, case, dtype, row: CallRow, msg: dict, grad_expected, 
     if len(grads) != len(grad_expected) or not all(g is None or type(g) is torch.Tensor for g in grads):
         raise _Malformed("gradients of another number or type than asked for")
     got = [(name, g) for (name, _), g in zip(grad_expected, grads)]
-    for c in check_outputs(spec, case, dtype, grad_refs, grad_expected, got, torch.device("cpu")):
+    checks = check_outputs(spec, case, dtype, grad_refs, grad_expected, got, torch.device("cpu"))
+    _add_findings(report, row, where, checks, "wrong_gradient", named=True)
+
+
+def _add_findings(report: Report, row: CallRow, where: str, checks, cls_wrong: str, named: bool = False) -> None:
+    """A finding per reason of each failed check: ``nan`` for NaN / inf positions, else ``cls_wrong``
+    (``named``: the output's name leads the detail)."""
+    for c in checks:
         for reason in c.reasons:
-            cls = "nan" if "NaN/inf" in reason else "wrong_gradient"
-            report.add(cls, where, f"{c.output}: {reason} (err_l2={c.err_l2:.3g}, budget={c.budget_l2:.3g}, "
-                                   f"torch={c.torch_err_l2:.3g}{', worst ' + c.worst if c.worst else ''})")
+            cls = "nan" if "NaN/inf" in reason else cls_wrong
+            report.add(cls, where, f"{c.output + ': ' if named else ''}{reason} (err_l2={c.err_l2:.3g}, "
+                                   f"budget={c.budget_l2:.3g}, torch={c.torch_err_l2:.3g}"
+                                   f"{', worst ' + c.worst if c.worst else ''})")
             if cls not in row.classes:
                 row.classes.append(cls)
 
@@ -437,12 +445,7 @@ def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pris
         checks = check_outputs(spec, case, dtype, refs, expected, [("out", out)], torch.device("cpu"))
         for c in checks:
             row.err_l2, row.budget_l2, row.torch_err_l2 = c.err_l2, c.budget_l2, c.torch_err_l2
-            for reason in c.reasons:
-                cls = "nan" if "NaN/inf" in reason else "wrong_result"
-                report.add(cls, where, f"{reason} (err_l2={c.err_l2:.3g}, budget={c.budget_l2:.3g}, "
-                                       f"torch={c.torch_err_l2:.3g}{', worst ' + c.worst if c.worst else ''})")
-                if cls not in row.classes:
-                    row.classes.append(cls)
+        _add_findings(report, row, where, checks, "wrong_result")
         # The same output for inputs whose true outputs differ: an earlier answer replayed.
         for prev_exp, prev_out in history:
             if _bitwise_equal(out, prev_out) and not _bitwise_equal(exp, prev_exp):
