@@ -5,6 +5,14 @@ import triton.language as tl
 
 
 @triton.jit
+def _row_block(start, end, BLOCK_M: tl.constexpr):
+    """Rows [start, start + BLOCK_M) of a row-wise kernel: their indices, which of them lie below
+    ``end``, and the indices in 64 bits (for offsets into the tensors)."""
+    rows = start + tl.arange(0, BLOCK_M)
+    return rows, rows < end, rows.to(tl.int64)
+
+
+@triton.jit
 def _round_for_store(y, ptr, BF16_RNE: tl.constexpr):
     """``y`` (float32) converted to ``ptr``'s element type.
 

@@ -44,7 +44,7 @@ from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, Tolerance, case
 from ._common import (FLOAT_DTYPES, INTERPRETED, as_int, bf16_rne, check_same_device, check_same_dtype, check_tensor, copy_to_host_async,
                       device_index, needs_int64, registers_per_sm, shared_memory_limits, sm_count, cdiv, next_pow2)
-from ._jit import _round_for_store
+from ._jit import _round_for_store, _row_block
 from ._runtime import Op, cached_launch, planned
 from .softmax import _online_update, _post_and_wait, _segment
 
@@ -443,9 +443,7 @@ def _cross_entropy_fwd_kernel(
     else:
         gscale = 1.0
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
-        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < M
-        rows = rows.to(tl.int64)
+        _, row_mask, rows = _row_block(rb * BLOCK_M, M, BLOCK_M)
         x_rows = x_ptr + rows[:, None] * stride_xm
         g_rows = grad_ptr + rows[:, None] * C
         t, keep, ok, w_t = _target_terms(t_ptr, w_ptr, rows, row_mask, stride_t, ignore_index, C, HAS_WEIGHT)

@@ -23,7 +23,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor, with_layout
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._jit import _round_for_store
+from ._jit import _round_for_store, _row_block
 from ._common import FLOAT_DTYPES, bf16_rne, cdiv, check_same_device, check_same_dtype, check_tensor, next_pow2, rows_of
 from ._norm import (Config, as_shape, bwd_grid, check_param, eps_as_float, fwd_grid, gpu_row_cases, host_suite,
                     layout_cases, random_input, random_weight, row_cases, value_cases)
@@ -121,9 +121,7 @@ def _rms_norm_fwd_kernel(
     if ONE_PASS and HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
-        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < M
-        rows64 = rows.to(tl.int64)
+        rows, row_mask, rows64 = _row_block(rb * BLOCK_M, M, BLOCK_M)
         x_rows = x_ptr + rows64[:, None] * stride_xm
         y_rows = y_ptr + rows64[:, None] * stride_ym
         if ONE_PASS:
@@ -184,9 +182,7 @@ def _rms_norm_bwd_kernel(
             w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
         dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
-            rows = r0 + tl.arange(0, BLOCK_M)
-            row_mask = rows < row_end
-            rows = rows.to(tl.int64)
+            _, row_mask, rows = _row_block(r0, row_end, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)

@@ -33,7 +33,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._jit import _round_for_store
+from ._jit import _round_for_store, _row_block
 from ._common import (FLOAT_DTYPES, INTERPRETED, bf16_rne, check_tensor, next_pow2, normalize_dim, row_view, rows_of,
                       sm_count, cdiv)
 from ._runtime import Op, cached_launch, planned
@@ -162,9 +162,7 @@ def _softmax_fwd_kernel(
     if USE_INT64:
         cols = cols.to(tl.int64)
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
-        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < M
-        rows = rows.to(tl.int64)
+        _, row_mask, rows = _row_block(rb * BLOCK_M, M, BLOCK_M)
         x_rows = x_ptr + rows[:, None] * stride_xm
         y_rows = y_ptr + rows[:, None] * stride_ym
         if ONE_PASS:
@@ -223,9 +221,7 @@ def _softmax_bwd_kernel(
     if USE_INT64:
         cols = cols.to(tl.int64)
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
-        rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < M
-        rows = rows.to(tl.int64)
+        _, row_mask, rows = _row_block(rb * BLOCK_M, M, BLOCK_M)
         dy_rows = dy_ptr + rows[:, None] * stride_dym
         y_rows = y_ptr + rows[:, None] * stride_ym
         dx_rows = dx_ptr + rows[:, None] * stride_dxm
