@@ -57,7 +57,7 @@ def main(providers):
             cats[category(k)] += t
         print(f"=== {prov}: step median {sorted(times)[2]:.1f} ms, peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
         print("   ", ", ".join(f"{k} {v / 1e3:.1f} ms" for k, v in cats.most_common()))
-        with open(f"{out}/prof-{prov}.txt", "w") as f:
+        with open(f"{out}/prof-{prov.replace('+', '-')}.txt", "w") as f:
             for t, c, k in rows:
                 f.write(f"{t / 1e3:9.3f} ms {c:5d}  {k[:160]}\n")
         for t, c, k in rows[:14]:

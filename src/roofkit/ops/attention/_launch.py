@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from .._common import INTERPRETED, bf16_rne, cdiv, next_pow2, sm_count
+from .._common import INTERPRETED, bf16_rne, cdiv, next_pow2, shared_memory_limits, sm_count
 from .._gemm import tma_supported
 from .._runtime import launch
 from ._kernels import (
@@ -19,6 +19,7 @@ from ._kernels import (
     _attn_decode_combine_kernel,
     _attn_decode_kernel,
     _attn_fwd_kernel,
+    _mask_span_kernel,
 )
 
 _LAUNCHES: dict = {}
@@ -107,6 +108,36 @@ def _bwd_config(d_pad: int, dtype: torch.dtype) -> tuple[Config, Config]:
     return Config(32, 64, 4, 2), Config(64, 32, 4, 2)
 
 
+# Bytes of shared memory Triton takes beside the pipeline ring (barriers, the layout
+# conversions' scratch); measured 1 KiB on the H200 (the forward's 3 x 96 KiB ring asked 295936).
+SHARED_SLACK = 4096
+
+
+def _fit_shared(cfg: Config, stage_bytes, limit: int) -> Config:
+    """``cfg`` shrunk until its pipeline ring fits ``limit`` bytes of shared memory: Triton keeps
+    num_stages copies of each tile a kernel's loop streams, and an attn_mask adds a BLOCK_M x
+    BLOCK_N tile of the mask's dtype per stage (float32, 256 x 64: 64 KiB a stage, which the
+    sweep-tuned tiles without a mask do not count on). ``stage_bytes(cfg)``: one stage's bytes.
+    Fewer stages first (down to 2), then half the query rows (warps follow), then one stage."""
+    while stage_bytes(cfg) * cfg.num_stages + SHARED_SLACK > limit:
+        if cfg.num_stages > 2:
+            cfg = cfg._replace(num_stages=cfg.num_stages - 1)
+        elif cfg.BLOCK_M > 16:
+            bm = cfg.BLOCK_M // 2
+            cfg = cfg._replace(BLOCK_M=bm, num_warps=min(cfg.num_warps, max(4, bm // 16)))
+        elif cfg.num_stages > 1:
+            cfg = cfg._replace(num_stages=1)
+        else:
+            break
+    return cfg
+
+
+def _shared_limit(device: torch.device) -> int:
+    """Shared memory one program may use on ``device`` (read from the device); no limit under the
+    interpreter."""
+    return 1 << 62 if INTERPRETED or device.type != "cuda" else shared_memory_limits(device.index or 0)[0]
+
+
 def _decode_config(d_pad: int, dtype: torch.dtype, rows: int) -> Config:
     """Split-KV tile: BLOCK_M covers the group's query rows (>= 16 for tl.dot); 64 keys per step
     (32 for d = 256 or fp32), 4 warps, 4 stages so that several K/V loads are in flight."""
@@ -182,42 +213,39 @@ def _band(sq: int, sk: int, window: tuple[int, int], bottom_right: bool) -> Band
 
 
 def _mask_ranges(m: torch.Tensor, mask_bool: bool, block_m: int, block_n: int, g: int, over_queries: bool):
-    """The span of the mask's visible pairs per block, for the kernels to visit nothing outside it
-    (RANGED), computed on the device (no synchronization). ``m``: the mask as ``_mask_args`` gives
-    it, (B, Hq, Sq, Sk) with stride-0 broadcast dimensions; a pair is visible where a boolean mask
-    is nonzero or an additive one is not -inf (a finite bias, however negative, takes part).
-    Returns (ranges, (stride_b, stride_h, stride_block)): int32 [..., 2] = (first, last + 1), for
-    each (batch, query head, block of block_m query rows) the keys (``over_queries`` False), or
-    for each (batch, KV head, block of block_n keys) the query rows of the KV head's g query heads
-    (True); first > last + 1 where the mask hides every pair. Broadcast dimensions keep stride 0."""
+    """The spans of the mask per kernel block, for the kernels to visit nothing outside what it
+    shows and to apply it only where it hides something (RANGED), from one pre-pass kernel on
+    the device (``_mask_span_kernel``: reads the mask's own extent once, no synchronization).
+    ``m``: the mask as ``_mask_args`` gives it, (B, Hq, Sq, Sk) with stride-0 broadcast
+    dimensions; a pair is visible where a boolean mask is nonzero or an additive one is not -inf
+    (a finite bias, however negative, takes part), and shown as without a mask where a boolean
+    one is nonzero or an additive one exactly 0. Returns (ranges, (stride_b, stride_h,
+    stride_block)): int32 [..., 4] = (first, end, full_first, full_end), for each (batch, query
+    head, block of block_m query rows) in keys (``over_queries`` False: the forward and dQ
+    kernels), or for each (batch, KV head, block of block_n keys) in query rows of the KV head's
+    g query heads (True: dK/dV); [first, end) holds every visible pair (first > end where the
+    mask hides every pair), [full_first, full_end) is a run of whole blocks (block_n keys,
+    block_m rows) in which the mask shows every pair. Broadcast dimensions keep stride 0."""
     B, hq, sq, sk = m.shape
-    # the mask's own extent: a broadcast dimension is read once
-    own = m[tuple(slice(0, 1) if st == 0 else slice(None) for st in m.stride())]
-    vis = own != 0 if mask_bool else own != float("-inf")
-    bd, hd, qd, kd = vis.shape
-    if over_queries:
-        if kd > 1:  # any visible pair per (row, block of keys)
-            n_blk = cdiv(sk, block_n)
-            vis = torch.nn.functional.pad(vis, (0, n_blk * block_n - sk)).view(bd, hd, qd, n_blk, block_n).any(4)
-        if hd > 1 and g > 1:  # a KV head serves its group's query heads: their union
-            vis = vis.view(bd, hd // g, g, qd, vis.shape[-1]).any(2)
-        extent, length = vis.transpose(2, 3), sq  # (b, h, key blocks, rows)
+    sb, sh, sm, sn = m.stride()
+    bd = 1 if sb == 0 else B
+    hd = 1 if sh == 0 else hq
+    if over_queries:  # outer: keys, inner: rows, over the group's heads
+        group = g if hd > 1 else 1
+        outer, inner, so, si, bo, bi = (1 if sn == 0 else sk), sq, sn, sm, block_n, block_m
+        heads, blocks = hq // g, cdiv(sk, block_n)
     else:
-        if qd > 1:  # any visible pair per (block of rows, key)
-            n_blk = cdiv(sq, block_m)
-            vis = torch.nn.functional.pad(vis, (0, 0, 0, n_blk * block_m - sq)).view(bd, hd, n_blk, block_m, kd).any(3)
-        extent, length = vis, sk  # (b, h, row blocks, keys)
-    n = extent.shape[-1]
-    if n == 1:  # broadcast along the spanned dimension: all of it or none
-        first = torch.where(extent[..., 0], 0, length)
-        last = torch.where(extent[..., 0], length, 0)
-    else:
-        idx = torch.arange(n, device=m.device, dtype=torch.int32)
-        first = torch.where(extent, idx, n).amin(-1)
-        last = torch.where(extent, idx + 1, 0).amax(-1)
-    ranges = torch.stack((first, last), -1).to(torch.int32)
-    heads, blocks = (hq // g, cdiv(sk, block_n)) if over_queries else (hq, cdiv(sq, block_m))
-    ranges = ranges.expand(B, heads, blocks, 2)
+        group = 1
+        outer, inner, so, si, bo, bi = (1 if sm == 0 else sq), sk, sm, sn, block_m, block_n
+        heads, blocks = hq, cdiv(sq, block_m)
+    h_out = hd // group
+    n_outer = cdiv(outer, bo)
+    ranges = torch.empty((bd, h_out, n_outer, 4), dtype=torch.int32, device=m.device)
+    launch(_LAUNCHES, _mask_span_kernel, (bd * h_out, n_outer),
+        m, ranges, sb, sh, so, si, h_out, group, outer, inner, cdiv(inner, bi),
+        MASK_BOOL=mask_bool, BLOCK_O=bo, BLOCK_I=bi, num_warps=4,
+    )
+    ranges = ranges.expand(B, heads, blocks, 4)  # (sizes 1 where the mask broadcasts)
     return ranges, tuple(ranges.stride()[:3])
 
 
@@ -308,6 +336,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
             )
         return out, lse, o_lo
     cfg = _fwd_config(d_pad, band.causal, q.dtype, sq)
+    # a stage: a K and a V tile, and the mask's tile
+    cfg = _fit_shared(cfg, lambda c: c.BLOCK_N * (2 * d_pad * q.element_size() + c.BLOCK_M * m.element_size() * has_mask),
+                      _shared_limit(q.device))
     use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * out.stride(2)) >= INT64_FROM
     grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
@@ -371,6 +402,10 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
         *out.stride(), *do.stride(), hq, sq, d, HAS_LO=out_lo is not None, HAS_DLSE=has_dlse, USE_INT64=use_int64, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
     )
     kv_cfg, q_cfg = _bwd_config(d_pad, q.dtype)
+    # a stage: the dK/dV kernel streams q and dO tiles, the dQ kernel k and v tiles; both the mask's
+    limit, mask_size = _shared_limit(q.device), m.element_size() * has_mask
+    kv_cfg = _fit_shared(kv_cfg, lambda c: c.BLOCK_M * (2 * d_pad * q.element_size() + c.BLOCK_N * mask_size), limit)
+    q_cfg = _fit_shared(q_cfg, lambda c: c.BLOCK_N * (2 * d_pad * q.element_size() + c.BLOCK_M * mask_size), limit)
     deterministic = deterministic or not ATOMIC_DQ
     if deterministic:
         dq_acc = dq  # not touched by the dK/dV kernel
