@@ -170,20 +170,6 @@ def _clamp_to_range(lo, a, b, hi, range_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _full_span(a, b, range_ptr, BLOCK: tl.constexpr):
-    """[f_lo, f_hi) inside [a, b): the whole blocks of the span at ``range_ptr + 2`` in which the
-    attn_mask shows every pair (RANGED; ``_mask_span_kernel``), for the kernels to visit without
-    the mask. a <= f_lo <= f_hi <= b, multiples of BLOCK from a block-aligned a. A pair the mask
-    shows is computed as without it (a boolean True keeps the score, an additive 0 adds 0):
-    the same bits."""
-    f_lo = tl.load(range_ptr + 2)
-    f_hi = tl.load(range_ptr + 3)
-    f_lo = tl.minimum(tl.maximum(tl.cdiv(f_lo, BLOCK) * BLOCK, a), b)
-    f_hi = tl.minimum(tl.maximum((f_hi // BLOCK) * BLOCK, f_lo), b)
-    return f_lo, f_hi
-
-
-@triton.jit
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, lse_lo_ptr, o_lo_ptr, k_desc, v_desc, mask_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -227,9 +213,8 @@ def _attn_fwd_kernel(
 
     lo, n_a, n_b, hi = _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT, BLOCK_M, BLOCK_N)
     if RANGED:  # the mask's span of keys for this query block (host: _mask_ranges)
-        r_ptr = range_ptr + b * stride_rb + h * stride_rh + pid_m * stride_rm
-        lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, r_ptr, BLOCK_N)
-        f_lo, f_hi = _full_span(n_a, n_b, r_ptr, BLOCK_N)
+        lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
+                                           + pid_m * stride_rm, BLOCK_N)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -241,28 +226,11 @@ def _attn_fwd_kernel(
                                         offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
                                         True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
                                         FOLD, BLOCK_N, BLOCK_D, USE_INT64)
-    if RANGED:  # the blocks the mask shows whole go without it
-        acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32,
-                                        hk32, stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                        offs_m, offs_d, n_a, f_lo, Sk, D, diag, diag_lo, qk_scale,
-                                        False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64)
-        acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32,
-                                        hk32, stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                        offs_m, offs_d, f_lo, f_hi, Sk, D, diag, diag_lo, qk_scale,
-                                        False, IS_CAUSAL, HAS_LEFT, False, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64)
-        acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32,
-                                        hk32, stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                        offs_m, offs_d, f_hi, n_b, Sk, D, diag, diag_lo, qk_scale,
-                                        False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64)
-    else:
-        acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32,
-                                        hk32, stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                        offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
-                                        False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64)
+    acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
+                                    stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                                    offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
+                                    False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
+                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                     offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
@@ -560,9 +528,8 @@ def _attn_bwd_dkdv_kernel(
     m_a = tl.minimum(tl.maximum(m_a, m_lo), m_hi)
     m_b = tl.minimum(tl.maximum(m_b, m_a), m_hi)
     if RANGED:  # the mask's span of query rows for these keys, over the group's heads (host: _mask_ranges)
-        r_ptr = range_ptr + b * stride_rb + hk * stride_rh + tl.program_id(1) * stride_rm
-        m_lo, m_a, m_b, m_hi = _clamp_to_range(m_lo, m_a, m_b, m_hi, r_ptr, BLOCK_M)
-        f_lo, f_hi = _full_span(m_a, m_b, r_ptr, BLOCK_M)
+        m_lo, m_a, m_b, m_hi = _clamp_to_range(m_lo, m_a, m_b, m_hi, range_ptr + b * stride_rb + hk * stride_rh
+                                               + tl.program_id(1) * stride_rm, BLOCK_M)
     for g in range(0, G):
         h = hk * G + g
         bh = b * (Hkv * G) + h
@@ -579,28 +546,11 @@ def _attn_bwd_dkdv_kernel(
                                           stride_mm, stride_mn, m_lo, m_a, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
                                           True, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
                                           EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
-        if RANGED:  # the blocks the mask shows whole go without it
-            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
-                                          delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                                          stride_mm, stride_mn, m_a, f_lo, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
-                                          False, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
-                                          EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
-            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
-                                          delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                                          stride_mm, stride_mn, f_lo, f_hi, Sq, Sk, D, diag, diag_lo, sm_scale,
-                                          qk_scale, False, not EVEN_N, IS_CAUSAL, HAS_LEFT, False, MASK_BOOL,
-                                          ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
-            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
-                                          delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                                          stride_mm, stride_mn, f_hi, m_b, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
-                                          False, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
-                                          EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
-        else:
-            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
-                                          delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
-                                          stride_mm, stride_mn, m_a, m_b, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
-                                          False, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
-                                          EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
+                                      delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
+                                      stride_mm, stride_mn, m_a, m_b, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
+                                      False, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
+                                      EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
         if HAS_LEFT:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                           delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
@@ -698,37 +648,18 @@ def _attn_bwd_dq_kernel(
     mask_rows = mask_ptr + b * stride_mb + h * stride_mh + offs_m[:, None].to(tl.int64) * stride_mm
     lo, n_a, n_b, hi = _kv_range(m0, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT, BLOCK_M, BLOCK_N)
     if RANGED:  # the mask's span of keys for this query block (host: _mask_ranges)
-        r_ptr = range_ptr + b * stride_rb + h * stride_rh + pid_m * stride_rm
-        lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, r_ptr, BLOCK_N)
-        f_lo, f_hi = _full_span(n_a, n_b, r_ptr, BLOCK_N)
+        lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
+                                           + pid_m * stride_rm, BLOCK_N)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if HAS_LEFT:  # (without a left edge [lo, n_a) is empty: RANGED moves both to the span's start)
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                                 stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                 offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
                                 True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
-    if RANGED:  # the blocks the mask shows whole go without it
-        dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
-                                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                offs_m, offs_d, n_a, f_lo, Sk, D, diag, diag_lo, qk_scale,
-                                False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
-                                BLOCK_N)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
-                                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                offs_m, offs_d, f_lo, f_hi, Sk, D, diag, diag_lo, qk_scale,
-                                False, IS_CAUSAL, HAS_LEFT, False, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
-                                BLOCK_N)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
-                                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                offs_m, offs_d, f_hi, n_b, Sk, D, diag, diag_lo, qk_scale,
-                                False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
-                                BLOCK_N)
-    else:
-        dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
-                                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
-                                False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
-                                BLOCK_N)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
+                            stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                            offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
+                            False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                             stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                             offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
@@ -736,56 +667,3 @@ def _attn_bwd_dq_kernel(
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              _round_for_store(dq, dq_ptr, BF16_RNE), mask=io_mask)
-
-
-@triton.jit
-def _mask_span_kernel(
-    m_ptr, out_ptr, stride_b, stride_h, stride_o, stride_i,
-    H_OUT, G, OUTER, INNER, N_INNER,
-    MASK_BOOL: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr,
-):
-    """The attn_mask's spans for one (batch, head group, block of BLOCK_O outer indices): the
-    outer indices are a kernel's own block (query rows for the forward and dQ kernels, keys for
-    dK/dV), the inner ones what it loops over in blocks of BLOCK_I. Writes 4 int32: [first, end)
-    of the inner blocks in which some pair is visible (a boolean mask nonzero, an additive one
-    not -inf) over the G heads of the group, and [full_first, full_end): the first run of inner
-    blocks in which every pair is shown as if there were no mask (boolean nonzero, additive
-    exactly 0), all in inner indices (block multiples, ends cut at INNER). Outer indices past
-    OUTER and inner ones past INNER are neither visible nor break a full block. A block that
-    shows nothing gives first > end. Broadcast dimensions come with stride 0."""
-    pid = tl.program_id(0)
-    ob = tl.program_id(1)
-    b = (pid // H_OUT).to(tl.int64)
-    hg = (pid % H_OUT).to(tl.int64)
-    offs_o = ob * BLOCK_O + tl.arange(0, BLOCK_O)
-    o_ok = offs_o < OUTER
-    base = m_ptr + b * stride_b + offs_o[:, None].to(tl.int64) * stride_o
-    first = N_INNER
-    last = -1
-    f_lo = N_INNER
-    f_hi = N_INNER
-    for j in range(0, N_INNER):
-        offs_i = j * BLOCK_I + tl.arange(0, BLOCK_I)
-        ok = o_ok[:, None] & (offs_i[None, :] < INNER)
-        any_vis = 0
-        all_full = 1
-        for t in range(0, G):
-            h = hg * G + t
-            x = tl.load(base + h * stride_h + offs_i[None, :].to(tl.int64) * stride_i, mask=ok, other=0)
-            if MASK_BOOL:
-                vis = x != 0
-                full = vis
-            else:
-                vis = x != -float("inf")
-                full = x == 0
-            any_vis = tl.maximum(any_vis, tl.max((vis & ok).to(tl.int32)))
-            all_full = tl.minimum(all_full, tl.min((full | ~ok).to(tl.int32)))
-        first = tl.minimum(first, tl.where(any_vis > 0, j, N_INNER))
-        last = tl.where(any_vis > 0, j, last)
-        f_lo = tl.where((all_full > 0) & (f_lo == N_INNER), j, f_lo)
-        f_hi = tl.where((all_full == 0) & (f_lo < j) & (f_hi == N_INNER), j, f_hi)
-    out = out_ptr + (pid.to(tl.int64) * tl.num_programs(1) + ob) * 4
-    tl.store(out, first * BLOCK_I)
-    tl.store(out + 1, tl.minimum((last + 1) * BLOCK_I, INNER))
-    tl.store(out + 2, f_lo * BLOCK_I)
-    tl.store(out + 3, tl.minimum(f_hi * BLOCK_I, INNER))

@@ -19,7 +19,6 @@ from ._kernels import (
     _attn_decode_combine_kernel,
     _attn_decode_kernel,
     _attn_fwd_kernel,
-    _mask_span_kernel,
 )
 
 _LAUNCHES: dict = {}
@@ -213,39 +212,42 @@ def _band(sq: int, sk: int, window: tuple[int, int], bottom_right: bool) -> Band
 
 
 def _mask_ranges(m: torch.Tensor, mask_bool: bool, block_m: int, block_n: int, g: int, over_queries: bool):
-    """The spans of the mask per kernel block, for the kernels to visit nothing outside what it
-    shows and to apply it only where it hides something (RANGED), from one pre-pass kernel on
-    the device (``_mask_span_kernel``: reads the mask's own extent once, no synchronization).
-    ``m``: the mask as ``_mask_args`` gives it, (B, Hq, Sq, Sk) with stride-0 broadcast
-    dimensions; a pair is visible where a boolean mask is nonzero or an additive one is not -inf
-    (a finite bias, however negative, takes part), and shown as without a mask where a boolean
-    one is nonzero or an additive one exactly 0. Returns (ranges, (stride_b, stride_h,
-    stride_block)): int32 [..., 4] = (first, end, full_first, full_end), for each (batch, query
-    head, block of block_m query rows) in keys (``over_queries`` False: the forward and dQ
-    kernels), or for each (batch, KV head, block of block_n keys) in query rows of the KV head's
-    g query heads (True: dK/dV); [first, end) holds every visible pair (first > end where the
-    mask hides every pair), [full_first, full_end) is a run of whole blocks (block_n keys,
-    block_m rows) in which the mask shows every pair. Broadcast dimensions keep stride 0."""
+    """The span of the mask's visible pairs per block, for the kernels to visit nothing outside it
+    (RANGED), computed on the device (no synchronization). ``m``: the mask as ``_mask_args`` gives
+    it, (B, Hq, Sq, Sk) with stride-0 broadcast dimensions; a pair is visible where a boolean mask
+    is nonzero or an additive one is not -inf (a finite bias, however negative, takes part).
+    Returns (ranges, (stride_b, stride_h, stride_block)): int32 [..., 2] = (first, last + 1), for
+    each (batch, query head, block of block_m query rows) the keys (``over_queries`` False), or
+    for each (batch, KV head, block of block_n keys) the query rows of the KV head's g query heads
+    (True); first > last + 1 where the mask hides every pair. Broadcast dimensions keep stride 0."""
     B, hq, sq, sk = m.shape
-    sb, sh, sm, sn = m.stride()
-    bd = 1 if sb == 0 else B
-    hd = 1 if sh == 0 else hq
-    if over_queries:  # outer: keys, inner: rows, over the group's heads
-        group = g if hd > 1 else 1
-        outer, inner, so, si, bo, bi = (1 if sn == 0 else sk), sq, sn, sm, block_n, block_m
-        heads, blocks = hq // g, cdiv(sk, block_n)
+    # the mask's own extent: a broadcast dimension is read once
+    own = m[tuple(slice(0, 1) if st == 0 else slice(None) for st in m.stride())]
+    vis = own != 0 if mask_bool else own != float("-inf")
+    bd, hd, qd, kd = vis.shape
+    if over_queries:
+        if kd > 1:  # any visible pair per (row, block of keys)
+            n_blk = cdiv(sk, block_n)
+            vis = torch.nn.functional.pad(vis, (0, n_blk * block_n - sk)).view(bd, hd, qd, n_blk, block_n).any(4)
+        if hd > 1 and g > 1:  # a KV head serves its group's query heads: their union
+            vis = vis.view(bd, hd // g, g, qd, vis.shape[-1]).any(2)
+        extent, length = vis.transpose(2, 3), sq  # (b, h, key blocks, rows)
     else:
-        group = 1
-        outer, inner, so, si, bo, bi = (1 if sm == 0 else sq), sk, sm, sn, block_m, block_n
-        heads, blocks = hq, cdiv(sq, block_m)
-    h_out = hd // group
-    n_outer = cdiv(outer, bo)
-    ranges = torch.empty((bd, h_out, n_outer, 4), dtype=torch.int32, device=m.device)
-    launch(_LAUNCHES, _mask_span_kernel, (bd * h_out, n_outer),
-        m, ranges, sb, sh, so, si, h_out, group, outer, inner, cdiv(inner, bi),
-        MASK_BOOL=mask_bool, BLOCK_O=bo, BLOCK_I=bi, num_warps=4,
-    )
-    ranges = ranges.expand(B, heads, blocks, 4)  # (sizes 1 where the mask broadcasts)
+        if qd > 1:  # any visible pair per (block of rows, key)
+            n_blk = cdiv(sq, block_m)
+            vis = torch.nn.functional.pad(vis, (0, 0, 0, n_blk * block_m - sq)).view(bd, hd, n_blk, block_m, kd).any(3)
+        extent, length = vis, sk  # (b, h, row blocks, keys)
+    n = extent.shape[-1]
+    if n == 1:  # broadcast along the spanned dimension: all of it or none
+        first = torch.where(extent[..., 0], 0, length)
+        last = torch.where(extent[..., 0], length, 0)
+    else:
+        idx = torch.arange(n, device=m.device, dtype=torch.int32)
+        first = torch.where(extent, idx, n).amin(-1)
+        last = torch.where(extent, idx + 1, 0).amax(-1)
+    ranges = torch.stack((first, last), -1).to(torch.int32)
+    heads, blocks = (hq // g, cdiv(sk, block_n)) if over_queries else (hq, cdiv(sq, block_m))
+    ranges = ranges.expand(B, heads, blocks, 2)
     return ranges, tuple(ranges.stride()[:3])
 
 
