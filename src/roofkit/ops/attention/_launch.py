@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from .._common import INTERPRETED, bf16_rne, cdiv, next_pow2, shared_memory_limits, sm_count
+from .._common import INTERPRETED, bf16_rne, cdiv, device_index, next_pow2, shared_memory_limits, sm_count
 from .._gemm import tma_supported
 from .._runtime import launch
 from ._kernels import (
@@ -134,7 +134,7 @@ def _fit_shared(cfg: Config, stage_bytes, limit: int) -> Config:
 def _shared_limit(device: torch.device) -> int:
     """Shared memory one program may use on ``device`` (read from the device); no limit under the
     interpreter."""
-    return 1 << 62 if INTERPRETED or device.type != "cuda" else shared_memory_limits(device.index or 0)[0]
+    return 1 << 62 if INTERPRETED or device.type != "cuda" else shared_memory_limits(device_index(device))[0]
 
 
 def _decode_config(d_pad: int, dtype: torch.dtype, rows: int) -> Config:
@@ -338,9 +338,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
             )
         return out, lse, o_lo
     cfg = _fwd_config(d_pad, band.causal, q.dtype, sq)
-    # a stage: a K and a V tile, and the mask's tile
-    cfg = _fit_shared(cfg, lambda c: c.BLOCK_N * (2 * d_pad * q.element_size() + c.BLOCK_M * m.element_size() * has_mask),
-                      _shared_limit(q.device))
+    if has_mask:  # a stage: a K and a V tile, and the mask's tile (the tiles without one fit as tuned)
+        cfg = _fit_shared(cfg, lambda c: c.BLOCK_N * (2 * d_pad * q.element_size() + c.BLOCK_M * m.element_size()),
+                          _shared_limit(q.device))
     use_int64 = max(sq * abs(q.stride(2)), sk * abs(k.stride(2)), sk * abs(v.stride(2)), sq * out.stride(2)) >= INT64_FROM
     grid = (B * hq, cdiv(sq, cfg.BLOCK_M))
     descs = _kv_descriptors(q, k, v, d, d_pad, cfg.BLOCK_N)
@@ -404,10 +404,10 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
         *out.stride(), *do.stride(), hq, sq, d, HAS_LO=out_lo is not None, HAS_DLSE=has_dlse, USE_INT64=use_int64, BLOCK_M=pre_m, BLOCK_D=d_pad, num_warps=4,
     )
     kv_cfg, q_cfg = _bwd_config(d_pad, q.dtype)
-    # a stage: the dK/dV kernel streams q and dO tiles, the dQ kernel k and v tiles; both the mask's
-    limit, mask_size = _shared_limit(q.device), m.element_size() * has_mask
-    kv_cfg = _fit_shared(kv_cfg, lambda c: c.BLOCK_M * (2 * d_pad * q.element_size() + c.BLOCK_N * mask_size), limit)
-    q_cfg = _fit_shared(q_cfg, lambda c: c.BLOCK_N * (2 * d_pad * q.element_size() + c.BLOCK_M * mask_size), limit)
+    if has_mask:  # a stage: the dK/dV kernel streams q and dO tiles, the dQ kernel k and v tiles; both the mask's
+        limit, mask_size = _shared_limit(q.device), m.element_size()
+        kv_cfg = _fit_shared(kv_cfg, lambda c: c.BLOCK_M * (2 * d_pad * q.element_size() + c.BLOCK_N * mask_size), limit)
+        q_cfg = _fit_shared(q_cfg, lambda c: c.BLOCK_N * (2 * d_pad * q.element_size() + c.BLOCK_M * mask_size), limit)
     deterministic = deterministic or not ATOMIC_DQ
     if deterministic:
         dq_acc = dq  # not touched by the dK/dV kernel
