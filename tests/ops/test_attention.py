@@ -313,6 +313,87 @@ def test_attention_torch_compile_fullgraph(device):
     torch.testing.assert_close(k.grad.double(), kd.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_segment_ids_on_the_decoding_path_and_under_compile(tunables, device):
+    # Segment ids on the split-KV decoding kernels (which take them as a boolean mask), and
+    # through torch.compile(fullgraph) with their gradients: as the float64 reference.
+    tunables("flash_attention", DECODE_MIN_SK=0, DECODE_MIN_BLOCKS=1, DECODE_PROGRAMS_PER_SM=64)
+    q, k, v = _qkv(2, 4, 2, 3, 70, 32, device, seed=5)
+    ids = (torch.tensor([[0, 1, 5], [1, 1, 2]], device=device), (torch.arange(70, device=device) // 30)[None])
+    out, lse = flash_attention(q, k, v, causal=True, segment_ids=ids, return_lse=True)
+    ref, rl = S.flash_attention_reference(*(t.double() for t in (q, k, v)), causal=True, segment_ids=ids,
+                                          return_lse=True)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(lse.isinf(), rl.isinf()) and lse.isinf().any()  # id 5 has no key: a dead row
+    q, k, v = _qkv(2, 2, 1, 21, 21, 16, device, grad=True, seed=6)
+    seg = (torch.arange(21, device=device) >= torch.tensor([[8], [13]], device=device)).to(torch.int32)
+
+    def f(q, k, v, seg):
+        return flash_attention(q, k, v, causal=True, segment_ids=seg).square().sum()
+
+    loss = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v, seg)
+    grads = torch.autograd.grad(loss, (q, k, v))
+    qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    want = S.flash_attention_reference(qd, kd, vd, causal=True, segment_ids=seg).square().sum()
+    torch.testing.assert_close(loss.double(), want.detach(), rtol=1e-5, atol=1e-5)
+    for got, ref in zip(grads, torch.autograd.grad(want, (qd, kd, vd))):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_segment_ids_are_relabeled_narrow_keeping_equality(device):
+    # Any integer ids (here int64 beyond 32 bits, unsorted, shared between query and key ids)
+    # reach the kernels as int16 labels (int32 from 2**15 positions) with the same equalities.
+    api = importlib.import_module("roofkit.ops.attention.api")
+    g = torch.Generator().manual_seed(8)
+    raw = (torch.randint(0, 5, (3, 50), generator=g) * (2**40 + 7) - 3).to(device)
+    labels = api._relabel(raw)
+    assert labels.dtype == torch.int16 and labels.shape == raw.shape
+    assert torch.equal(labels[:, :, None] == labels[:, None, :], raw[:, :, None] == raw[:, None, :])
+    assert api._relabel(torch.zeros(1, 2**15, dtype=torch.long, device=device)).dtype == torch.int32
+    q = torch.ones(2, 2, 4, 8, device=device)
+    k = torch.ones(2, 2, 6, 8, device=device)
+    q_ids, k_ids = raw[:1, :4] % 3, (raw[1:2, :6] % 3).to(torch.int32)  # int64 and int32: compared as int64
+    both = api._segments_of("flash_attention", (q_ids, k_ids), q, k)
+    assert both.shape == (2, 11) and both.dtype == torch.int16
+    want = q_ids[:, :, None] == k_ids[:, None, :]
+    assert want.any() and not want.all()
+    assert torch.equal(both[:, :4, None] == both[:, None, 4:10], want.expand(2, 4, 6))
+    # then the row's flag: its query ids and its key ids both sorted
+    is_sorted = bool((q_ids.diff() >= 0).all() and (k_ids.diff() >= 0).all())
+    assert both[:, 10].tolist() == [int(is_sorted)] * 2
+    ordered = api._segments_of("flash_attention", torch.tensor([[4, 4, 9, 9], [7, 3, 3, 3]], device=device), q, q)
+    assert ordered[:, :4].tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]] and ordered[:, -1].tolist() == [1, 0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_segment_ids_at_gpu_tiles_match_the_mask_path(d):
+    # Packed documents at the GPU's own tiles (bf16, causal, GQA, a ragged 1000-token row with
+    # boundaries inside tiles): output and the three gradients as torch's SDPA with the same
+    # pattern as a boolean mask, to bf16's budget.
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    b, hq, hkv, s = 2, 4, 2, 1000
+    i = torch.arange(s)
+    seg = torch.stack([(i >= 130).long() + (i >= 517).long() + (i >= 900).long(), (i >= 64).long()]).cuda()
+    seg = seg * (2**40 + 1) if d == 128 else seg.to(torch.int16)  # (relabeled int64; int16 as it is)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(b, h, s, d, generator=g).cuda().to(torch.bfloat16).requires_grad_(True)
+               for h in (hq, hkv, hkv))
+    dy = torch.randn(b, hq, s, d, generator=g).cuda().to(torch.bfloat16)
+    out = flash_attention(q, k, v, causal=True, segment_ids=seg)
+    got = (out, *torch.autograd.grad(out, (q, k, v), dy))
+    mask = S.segment_mask(seg, b, s, s) & torch.ones(s, s, dtype=torch.bool, device="cuda").tril()
+    qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref = S.flash_attention_reference(qd, kd, vd, causal=True, segment_ids=seg)
+    want = (ref, *torch.autograd.grad(ref, (qd, kd, vd), dy.double()))
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    their_err = (theirs.double() - ref).abs().max()
+    for name, a, r in zip(("out", "dq", "dk", "dv"), got, want):
+        assert not a.isnan().any(), name
+        torch.testing.assert_close(a.double(), r, rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
+    assert (got[0].double() - ref).abs().max() <= 2 * their_err + 1e-3
+
+
 def _grads_vs_torch(q, k, v, mask=None, causal=False, gqa=False, seed=0):
     """roofkit's SDPA output and (dq, dk, dv) for a seeded dy, and torch's SDPA (CPU math, float64
     from the same values; a float mask converted to float64) on the same inputs."""
@@ -622,6 +703,29 @@ def test_attention_bf16_under_interpreter_upcasts(device):
         (lambda d: flash_attention([1.0], [1.0], [1.0]), TypeError, ["roofkit.flash_attention", "q", "torch.Tensor"]),
         (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, scale="big"),
          TypeError, ["roofkit.flash_attention", "scale"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, segment_ids=torch.ones(1, 3, device=d)),
+         TypeError, ["roofkit.flash_attention", "query segment_ids", "integer", "float32"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                   segment_ids=torch.ones(1, 3, device=d, dtype=torch.bool)),
+         TypeError, ["roofkit.flash_attention", "segment_ids", "integer", "bool"]),
+        (lambda d: flash_attention(*[torch.ones(2, 2, 3, 8, device=d)] * 3,
+                                   segment_ids=torch.ones(3, 3, device=d, dtype=torch.long)),
+         ValueError, ["roofkit.flash_attention", "segment_ids", "(2, 3)", "(3, 3)"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                   segment_ids=torch.ones(3, device=d, dtype=torch.long)),
+         ValueError, ["roofkit.flash_attention", "segment_ids", "(1, 3)", "(3,)"]),
+        (lambda d: flash_attention(torch.ones(1, 2, 3, 8, device=d), *[torch.ones(1, 2, 5, 8, device=d)] * 2,
+                                   segment_ids=torch.ones(1, 3, device=d, dtype=torch.long)),
+         ValueError, ["roofkit.flash_attention", "segment_ids", "Sq=3", "Sk=5", "pair"]),
+        (lambda d: flash_attention(torch.ones(1, 2, 3, 8, device=d), *[torch.ones(1, 2, 5, 8, device=d)] * 2,
+                                   segment_ids=(torch.ones(1, 3, device=d, dtype=torch.long),
+                                                torch.ones(1, 4, device=d, dtype=torch.long))),
+         ValueError, ["roofkit.flash_attention", "key segment_ids", "(1, 5)", "(1, 4)"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                   segment_ids=(torch.ones(1, 3, dtype=torch.long, device="meta"),) * 2),
+         ValueError, ["roofkit.flash_attention", "query segment_ids", "meta", "same device"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, segment_ids=[[0, 0, 1]]),
+         TypeError, ["roofkit.flash_attention", "segment_ids", "pair of tensors", "list"]),
     ],
 )
 def test_attention_bad_input_raises(call, exc, words, device):
@@ -657,7 +761,8 @@ def test_output_is_laid_out_as_torch_flash_returns_it(device):
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
     api = importlib.import_module("roofkit.ops.attention.api")
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        fake = api._attention_fwd_fake(*(mode.from_tensor(t) for t in (q, k, v)), None, -1, -1, False, 0.25, False, True)
+        fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
+        fake = api._attention_fwd_fake(fq, fk, fv, None, None, -1, -1, False, 0.25, False, True)
     assert fake[0].stride() == out.stride()
 
 
@@ -715,10 +820,10 @@ def test_gradients_are_laid_out_as_their_operands(device, kv_layout):
             assert dk.stride() == k.stride()
     assert dv.stride() == dk.stride()
     api = importlib.import_module("roofkit.ops.attention.api")
-    out, lse, _ = api._attention_fwd(q, k, v, None, -1, 0, False, d ** -0.5, False, False)
+    out, lse, _ = api._attention_fwd(q, k, v, None, None, -1, 0, False, d ** -0.5, False, False)
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         fq, fk, fv, fo, fl = (mode.from_tensor(t) for t in (q, k, v, out, lse))
-        fake = api._attention_bwd_fake(fo, fq, fk, fv, fo, None, fl, None, None, -1, 0, False, 0.25, False)
+        fake = api._attention_bwd_fake(fo, fq, fk, fv, fo, None, fl, None, None, None, -1, 0, False, 0.25, False)
     assert [t.stride() for t in fake] == [dq.stride(), dk.stride(), dv.stride()]
 
 

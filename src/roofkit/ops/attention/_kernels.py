@@ -63,17 +63,18 @@ def _visible(offs_m, offs_n, Sk, diag, diag_lo, IS_CAUSAL: tl.constexpr, HAS_LEF
 def _attn_fwd_inner(
     acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b, hk,
     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-    offs_m, offs_d, lo, hi, Sk, D, diag, diag_lo, qk_scale,
+    offs_m, offs_d, lo, hi, Sk, D, diag, diag_lo, qk_scale, seg_q, segk_base, q_id, q_mixed, check,
     EDGE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr,
     MASK_BOOL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     DESC: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    USE_INT64: tl.constexpr = False,
+    USE_INT64: tl.constexpr = False, SEGMENTS: tl.constexpr = False,
 ):
     """Online softmax over the KV blocks [lo, hi). EDGE: apply the key bound and the band's edges
     (causal diagonal, window). HAS_MASK: the attn_mask tile (rows ``mask_rows``: one pointer per
     query row) is applied in every block, boolean (MASK_BOOL: nonzero = take part) or added to
     the scaled scores; a row with no visible key so far keeps max -inf, so the subtraction uses
-    0 instead (every p is 0). DESC: K and V blocks through tensor descriptors (TMA; rows past Sk
+    0 instead (every p is 0). SEGMENTS: a row sees only the keys of its own segment (ids ``seg_q``
+    of the rows, the keys' at ``segk_base``). DESC: K and V blocks through tensor descriptors (TMA; rows past Sk
     arrive zero-filled), else pointer loads. FOLD (the host sets it when qk_scale is a positive
     normal float and no additive mask is given): the scale is folded into the exponent's argument
     (one FMA per score: s * qk_scale - m; scaling commutes with the max and keeps -inf).
@@ -109,13 +110,19 @@ def _attn_fwd_inner(
                 s = tl.where(am != 0, s, -float("inf"))
             else:
                 s = s + _bias2(am)
+        if SEGMENTS:
+            if check:  # (False: every key of [lo, hi) has the rows' one id)
+                # (keys past Sk read as the rows' id: the band's edge hides them)
+                seg_k = tl.load(segk_base + offs_n, mask=offs_n < Sk, other=q_id)
+                if q_mixed | (tl.min(seg_k, 0) != q_id) | (tl.max(seg_k, 0) != q_id):  # not all one segment
+                    s = tl.where(seg_q[:, None] == seg_k[None, :], s, -float("inf"))
         if EDGE:
             s = tl.where(_visible(offs_m, offs_n, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT), s, -float("inf"))
         if FOLD:
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
         else:
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        if EDGE or HAS_MASK:
+        if EDGE or HAS_MASK or SEGMENTS:
             # A row that has seen no visible key keeps max -inf: subtract 0 instead (every p is 0).
             m_use = tl.where(m_new == -float("inf"), 0.0, m_new)
         else:
@@ -129,6 +136,18 @@ def _attn_fwd_inner(
         acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, IEEE, UPCAST)
         m_i = m_new
     return acc, m_i, l_i
+
+
+@triton.jit
+def _ids_differ(ids_base, flag_ptr, lo, hi, one_id, mixed):
+    """Whether the ids at ``ids_base`` over [lo, hi) may differ from ``one_id`` (the program's
+    rows' or keys' id; ``mixed``: theirs differ among themselves): False only when the batch
+    row's ids are sorted (the host's flag at ``flag_ptr``, after the row's ids) and the first
+    and last of the range are ``one_id``, so that the loops skip every per-block id test."""
+    first = tl.load(ids_base + tl.minimum(lo, tl.maximum(hi - 1, 0)))
+    last = tl.load(ids_base + tl.maximum(hi - 1, 0))
+    ordered = tl.load(flag_ptr) != 0
+    return mixed | (first != one_id) | (last != one_id) | (not ordered)
 
 
 @triton.jit
@@ -177,18 +196,19 @@ def _attn_fwd_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_mb, stride_mh, stride_mm, stride_mn,
-    range_ptr, stride_rb, stride_rh, stride_rm,
+    range_ptr, stride_rb, stride_rh, stride_rm, seg_ptr, stride_sb,
     Hq, G, Sq, Sk, D, diag, diag_lo, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-    RANGED: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    RANGED: tl.constexpr, SEGMENTS: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BF16_RNE: tl.constexpr, USE_INT64: tl.constexpr, STORE_O_LO: tl.constexpr, DESC: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Output rows [BLOCK_M, D] and their base-2 lse for one (batch, query head, query block);
     tiles Q [BLOCK_M, BLOCK_D] (registers), K and V [BLOCK_N, BLOCK_D] per step (DESC: through
     4-D tensor descriptors of K and V, block [1, 1, BLOCK_N, BLOCK_D]), the attn_mask
-    [BLOCK_M, BLOCK_N] per step (HAS_MASK; broadcast dimensions have stride 0). STORE_O_LO: also
-    the unrounded output (contiguous fp32) for the backward's delta."""
+    [BLOCK_M, BLOCK_N] per step (HAS_MASK; broadcast dimensions have stride 0). SEGMENTS: segment
+    ids at ``seg_ptr`` (per batch: Sq query ids, then Sk key ids), a row seeing only its segment's
+    keys. STORE_O_LO: also the unrounded output (contiguous fp32) for the backward's delta."""
     tl.static_assert(not (FOLD and HAS_MASK and not MASK_BOOL), "an additive mask needs the scores scaled first")
     pid_bh = tl.program_id(0)
     pid_m = tl.num_programs(1) - 1 - tl.program_id(1)  # heaviest (last) query blocks first
@@ -215,6 +235,14 @@ def _attn_fwd_kernel(
     if RANGED:  # the mask's span of keys for this query block (host: _mask_ranges)
         lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
                                            + pid_m * stride_rm, BLOCK_N)
+    seg_base = seg_ptr + b * stride_sb
+    if SEGMENTS:  # the rows' ids; a block of keys all of the rows' one id needs no per-pair test
+        q_id = tl.load(seg_base + m0)
+        seg_q = tl.load(seg_base + offs_m, mask=row_ok, other=q_id)
+        q_mixed = tl.min(seg_q, 0) != tl.max(seg_q, 0)
+        check = _ids_differ(seg_base + Sq, seg_base + Sq + Sk, lo, hi, q_id, q_mixed)
+    else:
+        seg_q, q_id, q_mixed, check = offs_m, m0, False, False  # (not read)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -224,18 +252,21 @@ def _attn_fwd_kernel(
         acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                         stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                         offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
+                                        seg_q, seg_base + Sq, q_id, q_mixed, check,
                                         True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64)
+                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64, SEGMENTS)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                     offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
+                                    seg_q, seg_base + Sq, q_id, q_mixed, check,
                                     False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64)
+                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64, SEGMENTS)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                     offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
+                                    seg_q, seg_base + Sq, q_id, q_mixed, check,
                                     True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64)
+                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64, SEGMENTS)
     dead = l_i == 0.0
     l_safe = tl.where(dead, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -416,15 +447,16 @@ def _attn_bwd_preprocess_kernel(
 def _attn_bwd_dkdv_inner(
     dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base, delta_base, mask_base,
     stride_qm, stride_qd, stride_dom, stride_dod, stride_mm, stride_mn,
-    lo, hi, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
+    lo, hi, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale, seg_k, segq_base, k_id, k_mixed, check,
     EDGE: tl.constexpr, MASK_KEYS: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, LSE_LO: tl.constexpr, USE_INT64: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, SEGMENTS: tl.constexpr = False,
 ):
     """dK, dV contributions of the query blocks [lo, hi) of one head (transposed tiles: keys x
     queries). EDGE: the band's edges (causal diagonal, window); MASK_KEYS: the ragged last key
-    block; HAS_MASK: the attn_mask tile (transposed), in every block. ATOMIC_DQ: also adds this
+    block; HAS_MASK: the attn_mask tile (transposed), in every block; SEGMENTS: a key meets only
+    the rows of its segment (the keys' ids ``seg_k``, the rows' at ``segq_base``). ATOMIC_DQ: also adds this
     block's dQ share to the fp32 buffer with atomics."""
     offs_d = tl.arange(0, BLOCK_D)
     for m0 in range(lo, hi, BLOCK_M):
@@ -450,6 +482,11 @@ def _attn_bwd_dkdv_inner(
                 s_t = tl.where(am != 0, s_t, -float("inf"))
             else:
                 s_t = s_t + _bias2(am)
+        if SEGMENTS:
+            if check:  # (False: every row of [lo, hi) has the keys' one id)
+                seg_q = tl.load(segq_base + offs_m, mask=row_ok, other=k_id)  # (rows past Sq: P is 0 anyway)
+                if k_mixed | (tl.min(seg_q, 0) != k_id) | (tl.max(seg_q, 0) != k_id):  # not all one segment
+                    s_t = tl.where(seg_k[:, None] == seg_q[None, :], s_t, -float("inf"))
         if LSE_LO:
             lse_lo = tl.load(lse_lo_base + offs_m, mask=row_ok, other=0.0)
             p_t = tl.math.exp2((s_t - lse2[None, :]) - lse_lo[None, :])
@@ -484,10 +521,10 @@ def _attn_bwd_dkdv_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_mb, stride_mh, stride_mm, stride_mn,
-    range_ptr, stride_rb, stride_rh, stride_rm,
+    range_ptr, stride_rb, stride_rh, stride_rm, seg_ptr, stride_sb,
     Hkv, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-    RANGED: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
+    RANGED: tl.constexpr, SEGMENTS: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_N: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr, USE_INT64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -510,6 +547,13 @@ def _attn_bwd_dkdv_kernel(
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    seg_base = seg_ptr + b * stride_sb  # (SEGMENTS: Sq query ids, then Sk key ids)
+    if SEGMENTS:  # the keys' ids; a block of rows all of the keys' one id needs no per-pair test
+        k_id = tl.load(seg_base + Sq + n0)
+        seg_k = tl.load(seg_base + Sq + offs_n, mask=offs_n < Sk, other=k_id)
+        k_mixed = tl.min(seg_k, 0) != tl.max(seg_k, 0)
+    else:
+        seg_k, k_id, k_mixed = offs_n, n0, False  # (not read)
     # The query rows that see some of these keys lie in [m_lo, m_hi); every row of the blocks in
     # [m_a, m_b) sees all of them (unmasked); [m_lo, m_a) and [m_b, m_hi) hold the band's edges.
     if IS_CAUSAL:  # row i sees key j iff j <= i + diag: rows from n0 - diag on see some
@@ -530,6 +574,10 @@ def _attn_bwd_dkdv_kernel(
     if RANGED:  # the mask's span of query rows for these keys, over the group's heads (host: _mask_ranges)
         m_lo, m_a, m_b, m_hi = _clamp_to_range(m_lo, m_a, m_b, m_hi, range_ptr + b * stride_rb + hk * stride_rh
                                                + tl.program_id(1) * stride_rm, BLOCK_M)
+    if SEGMENTS:
+        check = _ids_differ(seg_base, seg_base + Sq + Sk, m_lo, m_hi, k_id, k_mixed)
+    else:
+        check = False
     for g in range(0, G):
         h = hk * G + g
         bh = b * (Hkv * G) + h
@@ -544,19 +592,22 @@ def _attn_bwd_dkdv_kernel(
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                           delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                           stride_mm, stride_mn, m_lo, m_a, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
-                                          True, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
-                                          EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
+                                          seg_k, seg_base, k_id, k_mixed, check, True, not EVEN_N, IS_CAUSAL, HAS_LEFT,
+                                          HAS_MASK, MASK_BOOL, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
+                                          BLOCK_M, BLOCK_D, SEGMENTS)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                       delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                       stride_mm, stride_mn, m_a, m_b, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
-                                      False, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ,
-                                      EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
+                                      seg_k, seg_base, k_id, k_mixed, check, False, not EVEN_N, IS_CAUSAL, HAS_LEFT,
+                                      HAS_MASK, MASK_BOOL, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M,
+                                      BLOCK_D, SEGMENTS)
         if HAS_LEFT:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, offs_n, q_base, do_base, dq_base, lse_base, lse_lo_base,
                                           delta_base, mask_base, stride_qm, stride_qd, stride_dom, stride_dod,
                                           stride_mm, stride_mn, m_b, m_hi, Sq, Sk, D, diag, diag_lo, sm_scale,
-                                          qk_scale, True, not EVEN_N, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL,
-                                          ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_M, BLOCK_D)
+                                          qk_scale, seg_k, seg_base, k_id, k_mixed, check, True, not EVEN_N, IS_CAUSAL,
+                                          HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO,
+                                          USE_INT64, BLOCK_M, BLOCK_D, SEGMENTS)
     dk = dk * sm_scale
     out = b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
     tl.store(dk_ptr + out, _round_for_store(dk, dk_ptr, BF16_RNE), mask=kv_mask)
@@ -567,13 +618,13 @@ def _attn_bwd_dkdv_kernel(
 def _attn_bwd_dq_inner(
     dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-    offs_m, offs_d, lo, hi, Sk, D, diag, diag_lo, qk_scale,
+    offs_m, offs_d, lo, hi, Sk, D, diag, diag_lo, qk_scale, seg_q, segk_base, q_id, q_mixed, check,
     EDGE: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr,
     MASK_BOOL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    LSE_LO: tl.constexpr, USE_INT64: tl.constexpr, BLOCK_N: tl.constexpr,
+    LSE_LO: tl.constexpr, USE_INT64: tl.constexpr, BLOCK_N: tl.constexpr, SEGMENTS: tl.constexpr = False,
 ):
     """dQ (unscaled) over the KV blocks [lo, hi); EDGE: key bound and the band's edges;
-    HAS_MASK: the attn_mask tile, in every block."""
+    HAS_MASK: the attn_mask tile, in every block; SEGMENTS: only the keys of the row's segment."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if USE_INT64:
@@ -591,6 +642,12 @@ def _attn_bwd_dq_inner(
                 s = tl.where(am != 0, s, -float("inf"))
             else:
                 s = s + _bias2(am)
+        if SEGMENTS:
+            if check:  # (False: every key of [lo, hi) has the rows' one id)
+                # (keys past Sk read as the rows' id: the band's edge hides them)
+                seg_k = tl.load(segk_base + offs_n, mask=offs_n < Sk, other=q_id)
+                if q_mixed | (tl.min(seg_k, 0) != q_id) | (tl.max(seg_k, 0) != q_id):  # not all one segment
+                    s = tl.where(seg_q[:, None] == seg_k[None, :], s, -float("inf"))
         if LSE_LO:
             p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
         else:
@@ -612,10 +669,10 @@ def _attn_bwd_dq_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     stride_mb, stride_mh, stride_mm, stride_mn,
-    range_ptr, stride_rb, stride_rh, stride_rm,
+    range_ptr, stride_rb, stride_rh, stride_rm, seg_ptr, stride_sb,
     Hq, G, Sq, Sk, D, diag, diag_lo, sm_scale, qk_scale,
     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-    RANGED: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    RANGED: tl.constexpr, SEGMENTS: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BF16_RNE: tl.constexpr, LSE_LO: tl.constexpr, USE_INT64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -650,20 +707,34 @@ def _attn_bwd_dq_kernel(
     if RANGED:  # the mask's span of keys for this query block (host: _mask_ranges)
         lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
                                            + pid_m * stride_rm, BLOCK_N)
+    seg_base = seg_ptr + b * stride_sb  # (SEGMENTS: Sq query ids, then Sk key ids)
+    if SEGMENTS:  # the rows' ids; a block of keys all of the rows' one id needs no per-pair test
+        q_id = tl.load(seg_base + m0)
+        seg_q = tl.load(seg_base + offs_m, mask=row_ok, other=q_id)
+        q_mixed = tl.min(seg_q, 0) != tl.max(seg_q, 0)
+        check = _ids_differ(seg_base + Sq, seg_base + Sq + Sk, lo, hi, q_id, q_mixed)
+    else:
+        seg_q, q_id, q_mixed, check = offs_m, m0, False, False  # (not read)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if HAS_LEFT:  # (without a left edge [lo, n_a) is empty: RANGED moves both to the span's start)
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                                 stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                 offs_m, offs_d, lo, n_a, Sk, D, diag, diag_lo, qk_scale,
-                                True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
+                                seg_q, seg_base + Sq, q_id, q_mixed, check,
+                                True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
+                                BLOCK_N, SEGMENTS)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                             stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                             offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
-                            False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
+                            seg_q, seg_base + Sq, q_id, q_mixed, check,
+                            False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
+                            BLOCK_N, SEGMENTS)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                             stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                             offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
-                            True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64, BLOCK_N)
+                            seg_q, seg_base + Sq, q_id, q_mixed, check,
+                            True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
+                            BLOCK_N, SEGMENTS)
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              _round_for_store(dq, dq_ptr, BF16_RNE), mask=io_mask)

@@ -276,6 +276,21 @@ def _mask_args(mask: torch.Tensor | None, q: torch.Tensor, sk: int):
     return m, tuple(m.stride()), True, is_bool
 
 
+def _segment_args(segments: torch.Tensor | None, q: torch.Tensor):
+    """(tensor, batch stride, SEGMENTS) for the kernels: ``segments`` (B, Sq + Sk + 1) with each
+    batch's query ids, its key ids and 1 if both are sorted (else 0), contiguous along the
+    sequence; no segments: ``q`` with stride 0 (never read)."""
+    if segments is None:
+        return q, 0, False
+    return segments, segments.stride(0), True
+
+
+def _segment_mask(segments: torch.Tensor, sq: int) -> torch.Tensor:
+    """The boolean (B, 1, Sq, Sk) mask of ``segments`` (query i and key j take part iff their
+    ids are equal): for the split-KV decoding kernel, which reads masks but not segment ids."""
+    return (segments[:, :sq, None] == segments[:, None, sq:-1]).unsqueeze(1)
+
+
 def _output(q: torch.Tensor) -> torch.Tensor:
     """The output, (B, Hq, Sq, D) laid out (B, Sq, Hq, D) in memory as torch's flash and
     memory-efficient backends return it: a model's ``out.transpose(1, 2).reshape(B, Sq, -1)``
@@ -286,13 +301,14 @@ def _output(q: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, window: tuple[int, int],
-             bottom_right: bool, scale: float, keep_lo: bool):
+             bottom_right: bool, scale: float, keep_lo: bool, segments: torch.Tensor | None = None):
     """(out [B, Hq, Sq, D] in q's dtype, base-2 lse [2, B, Hq, Sq] fp32 as hi (the rounded lse)
     and lo (what hi's rounding dropped; ``_kernels._lse_hi_lo``), out's rounding residual in q's
     dtype or an empty tensor): with the residual (``keep_lo``) the backward forms delta =
     rowsum(dO * O) from O to about twice its dtype's precision (delta from the rounded O alone
     misses a 16-bit dtype's error budget). ``mask``: the attn_mask (boolean or additive, broadcastable to
-    (B, Hq, Sq, Sk)) or None; ``window``, ``bottom_right``: the band (``_band``). Empty inputs
+    (B, Hq, Sq, Sk)) or None; ``window``, ``bottom_right``: the band (``_band``); ``segments``:
+    segment ids as ``_segment_args`` takes them (not together with ``mask``) or None. Empty inputs
     launch nothing."""
     B, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
@@ -311,7 +327,10 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     qk_scale = scale * LOG2E
     flags = _flags(q, d, d_pad)
     band = _band(sq, sk, window, bottom_right)
+    if segments is not None and _use_decode(g, sq, sk):
+        mask, segments = _segment_mask(segments, sq), None
     m, m_strides, has_mask, mask_bool = _mask_args(mask, q, sk)
+    seg, seg_stride, has_segments = _segment_args(segments, q)
     strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride(), *m_strides)
     edges = dict(IS_CAUSAL=band.causal, HAS_LEFT=band.left, HAS_MASK=has_mask, MASK_BOOL=mask_bool)
     if _use_decode(g, sq, sk):
@@ -347,8 +366,8 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     ranged = _ranged(has_mask, sq, sk)
     rng, r_strides = _mask_ranges(m, mask_bool, cfg.BLOCK_M, cfg.BLOCK_N, g, False) if ranged else (lse, _NO_RANGES)
     launch(_LAUNCHES, _attn_fwd_kernel, grid,
-        q, k, v, out, lse_hi, lse_lo, o_lo, *(descs or (k, v)), m, *strides, rng, *r_strides, hq, g, sq, sk, d,
-        band.diag, band.diag_lo, qk_scale, RANGED=ranged,
+        q, k, v, out, lse_hi, lse_lo, o_lo, *(descs or (k, v)), m, *strides, rng, *r_strides, seg, seg_stride,
+        hq, g, sq, sk, d, band.diag, band.diag_lo, qk_scale, RANGED=ranged, SEGMENTS=has_segments,
         BF16_RNE=bf16_rne(q.dtype), USE_INT64=use_int64, STORE_O_LO=keep_lo, DESC=descs is not None,
         # An additive mask is added to the scaled scores: the scale cannot be folded.
         FOLD=math.isfinite(qk_scale) and qk_scale >= FP32_MIN_NORMAL and not (has_mask and not mask_bool),
@@ -372,11 +391,11 @@ def _grad_buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
 
 
 def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int], bottom_right: bool,
-              scale: float, deterministic: bool):
+              scale: float, deterministic: bool, segments: torch.Tensor | None = None):
     """(dq, dk, dv) in the input dtype, shaped like q, k, v. ``out``: the forward output,
     ``out_lo``: its rounding residual when kept (else None), ``lse``: base-2 hi and lo as ``_forward`` returns it, ``dlse``: its gradient or
     None (hi's is the lse's: the public functions read hi alone); ``mask``, ``window``,
-    ``bottom_right``: as the forward's."""
+    ``bottom_right``, ``segments``: as the forward's."""
     B, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     dq, dk, dv = _grad_buffers(q, k, v)
@@ -388,7 +407,9 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
     rne = bf16_rne(q.dtype)
     band = _band(sq, sk, window, bottom_right)
     m, m_strides, has_mask, mask_bool = _mask_args(mask, q, sk)
-    edges = dict(IS_CAUSAL=band.causal, HAS_LEFT=band.left, HAS_MASK=has_mask, MASK_BOOL=mask_bool)
+    seg, seg_stride, has_segments = _segment_args(segments, q)
+    edges = dict(IS_CAUSAL=band.causal, HAS_LEFT=band.left, HAS_MASK=has_mask, MASK_BOOL=mask_bool,
+                 SEGMENTS=has_segments)
     # lse's low part moves P by at most |lse| * 2^-25 relative: it matters for fp32 inputs (16-bit
     # P is rounded to 2^-9 or 2^-12 before use), where it costs one subtraction per score, and
     # under an additive mask, whose huge values (finfo.min) can leave all of log2(l) in the low part.
@@ -419,7 +440,8 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
                       else (delta, _NO_RANGES))
     launch(_LAUNCHES, _attn_bwd_dkdv_kernel, (B * hkv, cdiv(sk, kv_cfg.BLOCK_N)),
         q, k, v, do, lse[0], lse[1], delta, dk, dv, dq_acc, m, *common, *dk.stride(), *m_strides,
-        rng, *r_strides, hkv, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E, RANGED=ranged,
+        rng, *r_strides, seg, seg_stride, hkv, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E,
+        RANGED=ranged,
         ATOMIC_DQ=not deterministic, EVEN_N=sk % kv_cfg.BLOCK_N == 0, BF16_RNE=rne, LSE_LO=lse_lo, USE_INT64=use_int64,
         BLOCK_M=kv_cfg.BLOCK_M, BLOCK_N=kv_cfg.BLOCK_N, BLOCK_D=d_pad,
         num_warps=kv_cfg.num_warps, num_stages=kv_cfg.num_stages, **edges, **flags,
@@ -429,7 +451,8 @@ def _backward(do, q, k, v, out, out_lo, lse, dlse, mask, window: tuple[int, int]
                           else (delta, _NO_RANGES))
         launch(_LAUNCHES, _attn_bwd_dq_kernel, (B * hq, cdiv(sq, q_cfg.BLOCK_M)),
             q, k, v, do, lse[0], lse[1], delta, dq, m, *common, *dq.stride(), *m_strides,
-            rng, *r_strides, hq, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E, RANGED=ranged,
+            rng, *r_strides, seg, seg_stride, hq, g, sq, sk, d, band.diag, band.diag_lo, scale, scale * LOG2E,
+            RANGED=ranged,
             BF16_RNE=rne, LSE_LO=lse_lo, USE_INT64=use_int64,
             BLOCK_M=q_cfg.BLOCK_M, BLOCK_N=q_cfg.BLOCK_N, BLOCK_D=d_pad,
             num_warps=q_cfg.num_warps, num_stages=q_cfg.num_stages, **edges, **flags,

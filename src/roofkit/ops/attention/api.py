@@ -19,16 +19,17 @@ MAX_HEAD_DIM = 256
 # ----------------------------------------------------------------------------- custom ops, autograd
 
 
-def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, left: int,
-                   right: int, bottom_right: bool, scale: float, deterministic: bool,
-                   keep_lo: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                   segments: torch.Tensor | None, left: int, right: int, bottom_right: bool, scale: float,
+                   deterministic: bool, keep_lo: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, base-2 lse as [2, B, Hq, Sq] hi and lo, out's rounding residual or empty). ``mask``: attn_mask or
-    None; (left, right): the window (-1 unbounded; causal is (-1, 0)), aligned bottom-right or
+    None; ``segments``: (B, Sq + Sk + 1) segment ids as ``_segments_of`` makes them, or None;
+    (left, right): the window (-1 unbounded; causal is (-1, 0)), aligned bottom-right or
     top-left; ``deterministic`` only selects the backward."""
-    return _forward(q, k, v, mask, (left, right), bottom_right, scale, keep_lo)
+    return _forward(q, k, v, mask, (left, right), bottom_right, scale, keep_lo, segments)
 
 
-def _attention_fwd_fake(q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_lo):
+def _attention_fwd_fake(q, k, v, mask, segments, left, right, bottom_right, scale, deterministic, keep_lo):
     B, hq, sq, d = q.shape
     return (_output(q), q.new_empty((2, B, hq, sq), dtype=torch.float32),
             q.new_empty((B, hq, sq, d) if keep_lo else (0,)))
@@ -36,33 +37,36 @@ def _attention_fwd_fake(q, k, v, mask, left, right, bottom_right, scale, determi
 
 def _attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    out_lo: torch.Tensor | None, lse: torch.Tensor, dlse: torch.Tensor | None,
-                   mask: torch.Tensor | None, left: int, right: int,
+                   mask: torch.Tensor | None, segments: torch.Tensor | None, left: int, right: int,
                    bottom_right: bool, scale: float,
                    deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(do, q, k, v, out, out_lo, lse, dlse, mask, (left, right), bottom_right, scale, deterministic)
+    return _backward(do, q, k, v, out, out_lo, lse, dlse, mask, (left, right), bottom_right, scale, deterministic,
+                     segments)
 
 
-def _attention_bwd_fake(do, q, k, v, out, out_lo, lse, dlse, mask, left, right, bottom_right, scale, deterministic):
+def _attention_bwd_fake(do, q, k, v, out, out_lo, lse, dlse, mask, segments, left, right, bottom_right, scale,
+                        deterministic):
     return _grad_buffers(q, k, v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, mask, left, right, bottom_right, scale, deterministic, keep_lo = inputs
+    q, k, v, mask, segments, left, right, bottom_right, scale, deterministic, keep_lo = inputs
     out, lse, o_lo = output
     ctx.band = (left, right, bottom_right)
     ctx.scale, ctx.deterministic = scale, deterministic
     # (the output's rounding residual when kept: delta = rowsum(dO * O) from O to ~2x its
     # dtype's precision, as from a float32 copy, in half the memory)
-    ctx.save_for_backward(q, k, v, out, o_lo if keep_lo else None, lse, mask)
+    ctx.save_for_backward(q, k, v, out, o_lo if keep_lo else None, lse, mask, segments)
 
 
 def _attention_backward(ctx, dout, dlse, do_lo):
-    q, k, v, out, out_lo, lse, mask = ctx.saved_tensors
+    q, k, v, out, out_lo, lse, mask, segments = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros(out.shape, dtype=q.dtype, device=q.device)
-    dq, dk, dv = _attention_bwd_op(dout, q, k, v, out, out_lo, lse, dlse, mask, *ctx.band, ctx.scale, ctx.deterministic)
-    # attn_mask gets no gradient (the public function refuses a mask that requires one).
-    return dq, dk, dv, None, None, None, None, None, None, None
+    dq, dk, dv = _attention_bwd_op(dout, q, k, v, out, out_lo, lse, dlse, mask, segments, *ctx.band, ctx.scale,
+                                   ctx.deterministic)
+    # attn_mask and the segment ids get no gradient (the public function refuses a mask that requires one).
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 _attention_bwd_op = Op("roofkit::attention_bwd", _attention_bwd, _attention_bwd_fake)
@@ -169,6 +173,56 @@ def _window_of(op: str, window_size, causal: bool) -> tuple[int, int]:
     return left, 0 if causal else right
 
 
+def _segments_of(op: str, segment_ids, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The kernels' (B, Sq + Sk + 1) segment ids (each batch's query ids, then its key ids, then
+    1 if both are sorted; int16 or int32 labels, contiguous) from ``segment_ids``: a (B, S)
+    tensor when Sq == Sk, or a pair (query ids (B, Sq), key ids (B, Sk)); a batch dimension of
+    1 broadcasts."""
+    B, sq, sk = q.shape[0], q.shape[2], k.shape[2]
+    if isinstance(segment_ids, torch.Tensor):
+        if sq != sk:
+            raise ValueError(f"roofkit.{op}: one segment_ids tensor needs as many queries as keys; got Sq={sq}, "
+                             f"Sk={sk} (pass a pair (query ids, key ids))")
+        pair = (segment_ids, segment_ids)
+    elif isinstance(segment_ids, (tuple, list)) and len(segment_ids) == 2:
+        pair = tuple(segment_ids)
+    else:
+        raise TypeError(f"roofkit.{op}: segment_ids must be a tensor or a pair of tensors (query ids, key ids); got "
+                        f"{type(segment_ids).__name__}")
+    for name, ids, n in (("query segment_ids", pair[0], sq), ("key segment_ids", pair[1], sk)):
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"roofkit.{op}: {name} must be a torch.Tensor; got {type(ids).__name__}")
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            got = str(ids.dtype).removeprefix("torch.")
+            raise TypeError(f"roofkit.{op}: {name} must be an integer tensor; got {got}")
+        if ids.device != q.device:
+            raise ValueError(f"roofkit.{op}: {name} is on {ids.device} but q is on {q.device}; they must be on the "
+                             "same device")
+        if ids.dim() != 2 or ids.shape[0] not in (1, B) or ids.shape[1] != n:
+            raise ValueError(f"roofkit.{op}: {name} must have shape ({B}, {n}) (or (1, {n})); got {tuple(ids.shape)}")
+    dtype = torch.promote_types(pair[0].dtype, pair[1].dtype)
+    ids = torch.cat([ids.to(dtype).expand(B, -1) for ids in pair], dim=1)
+    ids = ids.to(torch.int16) if dtype in (torch.int8, torch.uint8, torch.int16) else _relabel(ids)
+    # after each row's ids, whether both its query ids and its key ids are sorted (labels keep the
+    # order): the kernels then tell a range of one id from its two ends
+    q_ids, k_ids = ids[:, :sq], ids[:, sq:]
+    ordered = (q_ids[:, 1:] >= q_ids[:, :-1]).all(1) & (k_ids[:, 1:] >= k_ids[:, :-1]).all(1)
+    return torch.cat([ids, ordered.to(ids.dtype)[:, None]], dim=1)
+
+
+def _relabel(ids: torch.Tensor) -> torch.Tensor:
+    """``ids`` (B, N) relabeled per row to 0, 1, ... in sorted order (equal ids get equal labels,
+    different ones different labels), int16 when N < 2**15, else int32, on the device without a
+    synchronization: the kernels stream the key ids through their pipeline (shared memory per
+    stage) and compare them per pair, so narrow labels cost less than any integer dtype given."""
+    values, order = torch.sort(ids, dim=1, stable=True)
+    starts = torch.ones_like(values, dtype=torch.bool)
+    starts[:, 1:] = values[:, 1:] != values[:, :-1]
+    dtype = torch.int16 if ids.shape[1] < 2**15 else torch.int32
+    labels = (torch.cumsum(starts, dim=1, dtype=torch.int32) - 1).to(dtype)
+    return torch.empty_like(labels).scatter_(1, order, labels)
+
+
 @planned
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
@@ -236,7 +290,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if attn_mask is not None:
         _check_mask(op, attn_mask, query, key, causal)
     s = _scale_of(op, scale, query.shape[-1])
-    out, _, _ = _attention_fwd_op.apply(query, key, value, attn_mask, -1, 0 if causal else -1, False, s,
+    out, _, _ = _attention_fwd_op.apply(query, key, value, attn_mask, None, -1, 0 if causal else -1, False, s,
                                         torch.are_deterministic_algorithms_enabled(), _keep_lo(query, key, value))
     return out
 
@@ -244,7 +298,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
 @planned
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     scale: float | None = None, return_lse: bool = False, deterministic: bool = False,
-                    window_size: tuple[int, int] = (-1, -1)):
+                    window_size: tuple[int, int] = (-1, -1), segment_ids=None):
     """FlashAttention: out = softmax(scale * q @ k^T [causal / window]) @ v, optionally with its log-sum-exp.
 
     Masks are aligned to the bottom-right corner (FlashAttention 2.1): with diag = Sk - Sq, query
@@ -260,21 +314,34 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         deterministic: backward without atomics (separate dQ kernel): bitwise reproducible.
         window_size: (left, right) sliding-window (local) attention, as FlashAttention's; -1 is
             unbounded, (-1, -1) (default) no window; only the KV blocks inside the band are read.
+        segment_ids: None, or the segment (document) of each position, for several sequences
+            packed into one row: query i sees key j only if both ids are equal (on top of causal
+            / window). A tensor (B, S) of integers when Sq == Sk (queries and keys are the same
+            positions), or a pair (query ids (B, Sq), key ids (B, Sk)); a batch dimension of 1
+            broadcasts. Any integer values (equal = same segment; they need not be sorted). A
+            row that sees no key is 0, as everywhere. No mask is made: the ids are compared
+            inside the tiles (H200, llama3-8b shapes: 1.25x causal attention's forward time,
+            1.1x forward+backward, against 2.4x and 1.6x through the same pattern as a boolean
+            attn_mask; docs/attention.md). Ids wider than int16 are relabeled per call.
     Returns:
         out (B, Hq, Sq, D) in q's dtype (laid out as scaled_dot_product_attention's), or (out, lse) with lse (B, Hq, Sq) float32, natural log,
         -inf for rows that see no key (whose output is 0). Gradients flow through both.
     Raises:
         TypeError / ValueError as :func:`scaled_dot_product_attention` (naming roofkit.flash_attention);
-        TypeError for a window_size that is not two ints, ValueError for an entry below -1.
+        TypeError for a window_size that is not two ints, ValueError for an entry below -1;
+        TypeError / ValueError for segment_ids that are not integer tensors of (B or 1, Sq) and
+        (B or 1, Sk) on q's device (or one (B, S) tensor while Sq != Sk).
     Numerics, Source: as :func:`scaled_dot_product_attention`.
-    Cost: as :func:`scaled_dot_product_attention`, over the pairs the band lets through.
+    Cost: as :func:`scaled_dot_product_attention`, over the pairs the band lets through (with
+        segment_ids, every pair of the band is computed: blocks across segments are not skipped).
     """
     op = "flash_attention"
     _check(op, q, k, v, gqa=True, names=("q", "k", "v"))
     s = _scale_of(op, scale, q.shape[-1])
     causal = _flag(op, "causal", causal)
     left, right = _window_of(op, window_size, causal)
-    out, lse2, _ = _attention_fwd_op.apply(q, k, v, None, left, right, True, s,
+    segments = None if segment_ids is None else _segments_of(op, segment_ids, q, k)
+    out, lse2, _ = _attention_fwd_op.apply(q, k, v, None, segments, left, right, True, s,
                                            _flag(op, "deterministic", deterministic)
                                            or torch.are_deterministic_algorithms_enabled(), _keep_lo(q, k, v))
     return (out, lse2[0] * _LN2) if _flag(op, "return_lse", return_lse) else out

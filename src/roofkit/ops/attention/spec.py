@@ -96,13 +96,22 @@ def scaled_dot_product_attention_reference(query, key, value, attn_mask=None, dr
     return _attention_reference(query, key, value, attn_mask, (-1, 0 if is_causal else -1), False, scale, False)
 
 
+def segment_mask(segment_ids, B: int, sq: int, sk: int) -> torch.Tensor:
+    """The boolean (B, 1, Sq, Sk) mask of flash_attention's ``segment_ids`` (one (B | 1, S) tensor,
+    or a pair (query ids, key ids)): query i and key j take part iff their ids are equal."""
+    q_ids, k_ids = (segment_ids, segment_ids) if isinstance(segment_ids, torch.Tensor) else segment_ids
+    return (q_ids.expand(B, sq)[:, :, None] == k_ids.expand(B, sk)[:, None, :]).unsqueeze(1)
+
+
 def flash_attention_reference(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False,
-                              window_size=(-1, -1)):
+                              window_size=(-1, -1), segment_ids=None):
     """(out, lse) in float64 (lse natural log, -inf for rows with no visible key), or out; causal
     mask and window aligned bottom-right (query i sees key j iff i + Sk - Sq - left <= j <=
-    i + Sk - Sq + right; causal sets right = 0)."""
+    i + Sk - Sq + right; causal sets right = 0), and with ``segment_ids`` only keys of the
+    query's segment."""
     window = (window_size[0], 0 if causal else window_size[1])
-    return _attention_reference(q, k, v, None, window, True, scale, return_lse)
+    mask = None if segment_ids is None else segment_mask(segment_ids, q.shape[0], q.shape[2], k.shape[2])
+    return _attention_reference(q, k, v, mask, window, True, scale, return_lse)
 
 
 def _visible_pairs(sq: int, sk: int, window: tuple[int, int], bottom_right: bool) -> float:
@@ -133,7 +142,13 @@ def attention_cost(case, dtype: torch.dtype, *, bottom_right: bool = False) -> C
     size = torch.empty((), dtype=dtype).element_size()
     left, right = case.get("window", (-1, -1))
     window = (left, 0 if case.get("causal", False) else right)
-    flops = 4.0 * B * hq * _visible_pairs(sq, sk, window, bottom_right) * d
+    if case.get("segments") is not None:  # the pairs the band and the segments leave, counted exactly
+        band = _band_mask(sq, sk, window, bottom_right, "cpu")
+        seen = segment_mask(_segment_ids(case, "cpu"), B, sq, sk)
+        pairs = float((seen if band is None else seen & band).sum()) / B
+    else:
+        pairs = _visible_pairs(sq, sk, window, bottom_right)
+    flops = 4.0 * B * hq * pairs * d
     q_bytes = B * hq * sq * d * size
     kv_bytes = 2 * B * hkv * sk * d * size
     nbytes = 2 * q_bytes + kv_bytes  # q read, out written, k and v read
@@ -189,15 +204,19 @@ def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     return torch.cat(outs, dim=1)
 
 
-def _flash_torch(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False, window_size=(-1, -1)):
-    """flash_attention through torch: math SDPA for the output, with the bottom-right band passed
-    as a boolean mask (torch's is_causal aligns top-left; the same when Sq == Sk), and an fp32
-    logsumexp of the masked scores for lse."""
+def _flash_torch(q, k, v, *, causal=False, scale=None, return_lse=False, deterministic=False, window_size=(-1, -1),
+                 segment_ids=None):
+    """flash_attention through torch: math SDPA for the output, with the bottom-right band (and
+    the segments) passed as a boolean mask (torch's is_causal aligns top-left; the same when
+    Sq == Sk), and an fp32 logsumexp of the masked scores for lse."""
     sq, sk = q.shape[2], k.shape[2]
     window = (window_size[0], 0 if causal else window_size[1])
     band = _band_mask(sq, sk, window, True, q.device)
+    if segment_ids is not None:
+        seg = segment_mask(segment_ids, q.shape[0], sq, sk)
+        band = seg if band is None else band & seg
     kwargs = dict(scale=scale, enable_gqa=q.shape[1] != k.shape[1])
-    if window == (-1, 0) and sq == sk:
+    if window == (-1, 0) and sq == sk and segment_ids is None:
         out = _sdpa_math(q, k, v, is_causal=True, **kwargs)
     else:
         out = _sdpa_math(q, k, v, attn_mask=band, **kwargs)
@@ -285,7 +304,36 @@ def _flash_inputs(case, dtype, generator, device) -> Inputs:
         kwargs["window_size"] = case["window"]
     if case.get("scale") is not None:
         kwargs["scale"] = case["scale"]
+    if case.get("segments") is not None:
+        kwargs["segment_ids"] = _segment_ids(case, device)
     return Inputs((q, k, v), kwargs)
+
+
+def _segment_ids(case, device):
+    """The case's flash_attention ``segment_ids`` (``segments``), fixed by the case (its cost
+    counts the pairs they leave): "packed" one (B, S) tensor, batch b holding sequences of
+    lengths about S/4, S/2 + b and the rest (b = 1 the whole row as one sequence); "pair" (query
+    ids (B, Sq), key ids (1, Sk)), the keys in three ids, the queries cycling through four
+    (id 3 has no key: those rows see nothing), unsorted; "runs" (B, S) runs of 20 positions
+    alternating ids 0 and 1, batch b starting at id b % 2 (an id recurs after another: blocks of
+    one id meet blocks of both, whose other id is above or below it); "pair_sorted" query ids 0
+    for the first half of the rows and 1 for the rest, every key id 0."""
+    kind = case["segments"]
+    B, _, sq, sk, _ = case["shape"]
+    if kind == "packed":
+        i = torch.arange(sq)
+        rows = [torch.zeros(sq, dtype=torch.long) if b == 1 else
+                (i >= sq // 4).long() + (i >= sq // 2 + b).long() for b in range(B)]
+        return torch.stack(rows).to(device)
+    if kind == "pair_sorted":  # rows of ids 0 then 1, every key id 0: the second half sees no key
+        return ((torch.arange(sq) >= sq // 2).long().expand(B, sq).to(device),
+                torch.zeros(1, sk, dtype=torch.long, device=device))
+    if kind == "runs":
+        return ((torch.arange(sq)[None] // 20 + torch.arange(B)[:, None]) % 2).to(device)
+    if kind == "pair":
+        return (torch.arange(sq, dtype=torch.int32).mul(7).remainder(4).reshape(1, sq).expand(B, sq).to(device),
+                (torch.arange(sk, dtype=torch.int32) * 3 // max(sk, 1)).reshape(1, sk).to(device))
+    raise ValueError(f"unknown attention segments kind {kind!r}")
 
 
 def _reduction_length(case) -> int:
@@ -404,6 +452,15 @@ _FLASH_CASES = [
     case("empty_sk0_lse_minus_inf", shape=(1, 2, 3, 0, 32), dtypes=_F16),
     # Sliding window (left 7, right 3): both edges of the band cross the 16-row tiles.
     case("window_7_3_sq24_sk40", shape=(1, 2, 24, 40, 32), window=(7, 3), dtypes=_CPU),
+    # Packed sequences (segment_ids): causal within each, two of the three boundaries inside a
+    # 16-row tile; a pair of query / key ids with rows that see no key, with a window and GQA.
+    case("segments_packed_causal", ["quick"], shape=(2, 2, 37, 37, 32), causal=True, segments="packed", dtypes=_CPU),
+    # (the kernels skip the per-block id tests where a sorted row's range of ids is one id: these
+    # make each part of that decision matter)
+    case("segments_packed_noncausal", shape=(2, 2, 70, 70, 32), segments="packed", dtypes=_CPU),
+    case("segments_runs_noncausal", shape=(2, 2, 60, 60, 32), segments="runs", dtypes=_CPU),
+    case("segments_pair_sorted_causal", shape=(1, 2, 16, 16, 32), causal=True, segments="pair_sorted", dtypes=_CPU),
+    case("segments_pair_window_gqa", shape=(2, 4, 24, 40, 32), hkv=2, window=(20, 5), segments="pair", dtypes=_CPU),
     case("gpu_lse_s1023_causal", ["gpu"], shape=(2, 8, 1023, 1023, 128), causal=True, dtypes=_BF16),
     case("gpu_deterministic_backward_repeat", ["gpu"], shape=(2, 8, 1023, 1023, 128), hkv=2, causal=True,
          deterministic=True, dtypes=_BF16),
@@ -418,6 +475,9 @@ _FLASH_SUITES = {
         case("prefill_b1_s8192_causal_lse", shape=(1, 32, 8192, 8192, 128), causal=True, return_lse=True, **_LLAMA),
         case("prefill_b1_s8192_causal_fwd_bwd_deterministic", shape=(1, 32, 8192, 8192, 128), causal=True,
              deterministic=True, mode="fwd_bwd", **_LLAMA),
+        # a training batch of packed documents (transformers' packed-sequence mask, as segment ids)
+        case("train_b4_s2048_packed_fwd_bwd", shape=(4, 32, 2048, 2048, 128), causal=True,
+             segments="packed", mode="fwd_bwd", **_LLAMA),
     ],
     # host: as SUITES["host"], with the logsumexp flash_attention always returns.
     "host": [
