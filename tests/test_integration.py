@@ -258,3 +258,67 @@ def test_mask_function_leaves_the_plain_causal_mask_to_is_causal(monkeypatch):
     full = sdpa_mask(batch_size=2, kv_length=7, allow_is_causal_skip=False, mask_function=causal_mask_function,
                      **(dict(q_length=7) if "q_length" in params else dict(cache_position=torch.arange(7))))
     assert torch.equal(call(7, 7, allow_is_causal_skip=False), full)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
+@pytest.mark.parametrize("tracing", [False, True], ids=["eager", "as_while_compiling"])
+def test_packed_sequences_reach_attention_as_segment_ids(family, tracing, device, monkeypatch):
+    # Training on packed sequences (positions restarting inside a row, no padding mask, no cache):
+    # the model's create_causal_mask hands roofkit's attention the sequences' ids instead of a
+    # (B, 1, S, S) mask, and the loss and gradients are the original model's (SDPA with
+    # transformers' packed mask). As while torch.compile traces, transformers cannot check the
+    # positions and takes the packed path for every batch: unpacked rows then give one id a row.
+    # A padding mask or a cache still gets transformers' mask (no ids).
+    import transformers.masking_utils as masking
+
+    if tracing:
+        monkeypatch.setattr(masking, "is_tracing", lambda *a: True)
+    seen = []
+
+    def flash(*args, _fn=roofkit.flash_attention, **kwargs):
+        seen.append(kwargs.get("segment_ids"))
+        return _fn(*args, **kwargs)
+
+    monkeypatch.setattr(roofkit, "flash_attention", flash)
+    ref = _model(family, device)
+    model = roofkit.patch(copy.deepcopy(ref))
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, VOCAB, (2, 19), generator=g).to(device)
+    pos = torch.stack([torch.cat([torch.arange(6), torch.arange(9), torch.arange(4)]), torch.arange(19)]).to(device)
+    losses = []
+    for m in (model, ref):
+        m.train()
+        loss = m(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[0] - losses[1]) <= 1e-4 * abs(losses[1]), losses
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5 * q.grad.abs().max().item(), msg=name)
+    assert len(seen) == 1 and seen[0] is not None
+    assert seen[0][0].tolist() == [0] * 6 + [1] * 9 + [2] * 4 and seen[0][1].tolist() == [0] * 19
+    seen.clear()
+    unpacked = torch.arange(19, device=device).expand(2, 19)
+    model(input_ids=ids, position_ids=unpacked, labels=ids, use_cache=False)
+    assert (seen == [] if not tracing else len(seen) == 1 and (seen[0] == 0).all())  # eager: plain causal
+    seen.clear()
+    with torch.no_grad():
+        padding = torch.ones(2, 19, dtype=torch.long, device=device)
+        padding[0, :2] = 0
+        model(input_ids=ids, position_ids=pos, attention_mask=padding, use_cache=False)
+        model.eval()
+        model(input_ids=ids, position_ids=pos, use_cache=True)
+    assert seen == []
+
+
+def test_patched_model_compiles_fullgraph_with_packed_sequences(device):
+    # torch.compile(fullgraph) of a patched model: transformers takes its packed-sequence path
+    # while tracing, the rebound create_causal_mask and rope trace without a graph break, and
+    # the loss is the original model's (packed and unpacked rows).
+    ref = _model("llama", device)
+    model = roofkit.patch(copy.deepcopy(ref))
+    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3)).to(device)
+    pos = torch.stack([torch.cat([torch.arange(5), torch.arange(11)]), torch.arange(16)]).to(device)
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    got = compiled(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss
+    want = ref(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

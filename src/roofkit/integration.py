@@ -18,7 +18,11 @@ For the causal-LM models of the Llama, Mistral, Qwen2, Qwen3 and Gemma families 
   registries (the mask function is SDPA's: None where ``is_causal`` covers it, also while
   torch.compile traces, else a boolean 4-D mask for padding and sliding windows), and the model
   switched to it: attention through
-  :func:`roofkit.scaled_dot_product_attention`, exactly torch's semantics;
+  :func:`roofkit.scaled_dot_product_attention`, exactly torch's semantics; packed sequences (and
+  every training batch while torch.compile traces, where transformers cannot tell) reach it as
+  the sequences' ids, through :func:`roofkit.flash_attention`'s ``segment_ids``, instead of a
+  4-D mask (the model's forward runs with ``create_causal_mask`` bound to roofkit's, which
+  calls transformers' for every other case);
 - **loss**: in training with ``labels``, the vocabulary projection and its cross-entropy through
   :func:`roofkit.linear_cross_entropy` (the (tokens x vocabulary) logits are never made; the
   output's ``logits`` is None, as other fused-loss integrations return it). Evaluation, or no
@@ -40,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 import types
 
 import torch
@@ -122,6 +127,11 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
         dtype = torch.get_autocast_dtype(query.device.type)
         query, key, value = (t.to(dtype) for t in (query, key, value))
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if _is_segment_ids(attention_mask):  # packed sequences (``_create_causal_mask``): causal within each
+        # (ids below S: int16 ones go to the kernels as they are, others are relabeled first)
+        ids = attention_mask.to(torch.int16) if attention_mask.shape[-1] < 2**15 else attention_mask
+        out = roofkit.flash_attention(query, key, value, causal=bool(causal), scale=scaling, segment_ids=ids)
+        return out.transpose(1, 2).contiguous(), None
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
     if causal and key.shape[2] > query.shape[2]:
         key, value = key[:, :, :query.shape[2]], value[:, :, :query.shape[2]]
@@ -169,24 +179,25 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
 # ----------------------------------------------------------------------------- patching
 
 _SUBCLASSES: dict = {}
-_ROPE_FORWARDS: dict = {}
+_REBOUND: dict = {}
 
 
-def _with_roofkit_rope(forward, module_dict: dict):
-    """``forward`` (an attention module's) with its global ``apply_rotary_pos_emb`` bound to
-    roofkit's, decorators kept (each wrapper copied with its closure pointing at the rebound
-    function it wraps); None if that cannot be done (a function from another module, or a
-    wrapper that does not hold what it wraps in its closure)."""
-    if forward in _ROPE_FORWARDS:
-        return _ROPE_FORWARDS[forward]
+def _with_globals(forward, module_dict: dict, names: dict):
+    """``forward`` (a module's, defined in the module whose globals are ``module_dict``) with the
+    globals ``names`` (name -> object) bound to roofkit's, decorators kept (each wrapper copied
+    with its closure pointing at the rebound function it wraps); None if that cannot be done (a
+    function from another module, or a wrapper that does not hold what it wraps in its closure)."""
+    key = (forward, tuple(names.items()))
+    if key in _REBOUND:
+        return _REBOUND[key]
     inner = getattr(forward, "__wrapped__", None)
     if inner is None:
         if getattr(forward, "__globals__", None) is not module_dict:
             return None
-        new = types.FunctionType(forward.__code__, {**module_dict, "apply_rotary_pos_emb": _rope}, forward.__name__,
+        new = types.FunctionType(forward.__code__, _module_with(module_dict, names), forward.__name__,
                                  forward.__defaults__, forward.__closure__)
     else:
-        new_inner = _with_roofkit_rope(inner, module_dict)
+        new_inner = _with_globals(inner, module_dict, names)
         cells = getattr(forward, "__closure__", None) or ()
         hits = [i for i, c in enumerate(cells) if _cell_holds(c, inner)]
         if new_inner is None or len(hits) != 1:
@@ -196,8 +207,26 @@ def _with_roofkit_rope(forward, module_dict: dict):
         new.__dict__.update(forward.__dict__)
         new.__wrapped__ = new_inner
     new.__kwdefaults__, new.__qualname__, new.__doc__ = forward.__kwdefaults__, forward.__qualname__, forward.__doc__
-    _ROPE_FORWARDS[forward] = new
+    _REBOUND[key] = new
     return new
+
+
+_MODULES: dict = {}
+
+
+def _module_with(module_dict: dict, names: dict) -> dict:
+    """The globals of a module made for the rebound functions: ``module_dict``'s, with ``names``
+    bound to roofkit's, under a name of its own in ``sys.modules`` (torch.compile reaches a
+    function's globals through the module its ``__name__`` names: so it guards what the function
+    really reads, not the transformers module's objects of the same names)."""
+    key = (module_dict["__name__"], tuple(names.items()))
+    if key not in _MODULES:
+        name = f"roofkit_patched_{module_dict['__name__'].replace('.', '_')}_{'_'.join(names)}"
+        module = types.ModuleType(name)
+        vars(module).update({**module_dict, **names, "__name__": name})
+        sys.modules[name] = module
+        _MODULES[key] = vars(module)
+    return _MODULES[key]
 
 
 def _cell_holds(cell, obj) -> bool:
@@ -254,6 +283,61 @@ def _causal_only(signature, causal_mask_function, args, kwargs) -> bool:
         q = a["cache_position"].shape[0]
     kv = a.get("kv_length")
     return isinstance(q, int) and isinstance(kv, int) and (q == kv or q == 1)
+
+
+def _is_segment_ids(mask) -> bool:
+    """Whether an attention function's ``attention_mask`` is the (B, S) integer segment ids of
+    ``_packed_causal_mask`` (transformers' masks are boolean or float, 4-D)."""
+    return (isinstance(mask, torch.Tensor) and mask.dim() == 2 and not mask.is_floating_point()
+            and mask.dtype != torch.bool)
+
+
+# transformers' create_causal_mask and find_packed_sequence_indices, once ``_packed_causal_mask`` found them
+_MASKING: dict = {}
+
+
+def _packed_causal_mask(original):
+    """roofkit's ``create_causal_mask`` (``_create_causal_mask``) if ``original`` is transformers'
+    ``masking_utils.create_causal_mask`` with the arguments it reads, else None."""
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        return None
+    find = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if original is not getattr(masking_utils, "create_causal_mask", None) or find is None:
+        return None
+    params = list(inspect.signature(original).parameters)[:5]
+    if params[:3] != ["config", "inputs_embeds", "attention_mask"] or params[4:] != ["position_ids"]:
+        return None  # (the fourth is the cache: past_key_values, or cache from transformers 5.2x on)
+    _MASKING.update(create_causal_mask=original, find_packed_sequence_indices=find)
+    return _create_causal_mask
+
+
+_UNSET = object()
+
+
+def _create_causal_mask(config, inputs_embeds, attention_mask, past_key_values=_UNSET, position_ids=None, **others):
+    """transformers' ``create_causal_mask`` for a model on roofkit's attention: where it would make
+    the causal mask of packed sequences (no padding mask, no cache, no other mask function,
+    position ids given; transformers finds the sequences where the positions restart) this
+    returns the sequences' ids, (B, S) integers, instead of a (B, 1, S, S) boolean mask, and the
+    attention compares them inside its tiles (at causal attention's cost). While torch.compile
+    traces, transformers cannot look at the positions and always takes that path, so every
+    compiled training step gets here. Any other call is transformers'. (A module-level function,
+    not a closure: torch.compile guards the globals of the forward it is bound into.)"""
+    cache = others.pop("cache", None) if past_key_values is _UNSET else past_key_values
+    if (getattr(config, "_attn_implementation", None) != ATTENTION or not getattr(config, "is_causal", True)
+            or attention_mask is not None or cache is not None
+            or others.get("allow_is_causal_skip", True) is not True
+            or any(v is not None for k, v in others.items() if k not in ("layer_idx", "allow_is_causal_skip"))
+            or not isinstance(position_ids, torch.Tensor) or position_ids.dim() != 2
+            or not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 3):
+        # (the cache passed on positionally: its parameter is past_key_values or cache, by version)
+        return _MASKING["create_causal_mask"](config, inputs_embeds, attention_mask, cache, position_ids=position_ids,
+                                              **others)
+    if position_ids.shape[0] != inputs_embeds.shape[0]:
+        position_ids = position_ids.expand(inputs_embeds.shape[0], -1)
+    return _MASKING["find_packed_sequence_indices"](position_ids)  # (None: one sequence a row, plain causal)
 
 
 def _register_attention() -> None:
@@ -314,7 +398,7 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
                                         **({} if kind == "swiglu" else {"_roofkit_approximate": approximate})), m)
     if rope:
         attn_cls = getattr(mod, f"{prefix}Attention")
-        forward = _with_roofkit_rope(attn_cls.forward, vars(mod))
+        forward = _with_globals(attn_cls.forward, vars(mod), {"apply_rotary_pos_emb": _rope})
         if forward is None:
             summary.left["rope"] = (f"{attn_cls.__name__}.forward cannot be rebound (from another module, or a "
                                     "decorator that does not keep what it wraps)")
@@ -328,6 +412,17 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
             _register_attention()
             model.set_attn_implementation(ATTENTION)
             count["attention"] = ATTENTION
+            base_cls = getattr(mod, f"{prefix}Model", None)
+            original = vars(mod).get("create_causal_mask")
+            packed = _packed_causal_mask(original) if callable(original) and base_cls is not None else None
+            forward = (_with_globals(base_cls.forward, vars(mod), {"create_causal_mask": packed})
+                       if packed is not None else None)
+            if forward is None:
+                summary.left["packed sequences"] = (f"{prefix}Model.forward cannot be rebound: packed sequences get "
+                                                    "transformers' boolean mask")
+            for m in model.modules():
+                if forward is not None and isinstance(m, base_cls):
+                    _swap(m, forward)
     if loss:
         if isinstance(model, lm_cls):
             if _swap(model, _causal_lm_forward):
