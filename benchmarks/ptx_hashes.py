@@ -57,22 +57,31 @@ att_ptrs = {"lse_ptr": "*fp32", "lse_lo_ptr": "*fp32", "delta_ptr": "*fp32", "ma
 ranged = "RANGED" in A._attn_fwd_kernel.arg_names
 
 
-def edges(causal, mask):
+segmented = "SEGMENTS" in A._attn_fwd_kernel.arg_names
+if segmented:
+    att_ptrs["seg_ptr"] = "*i16"
+
+
+def edges(causal, mask, segments=False):
     e = dict(IS_CAUSAL=causal, HAS_LEFT=False, HAS_MASK=mask, MASK_BOOL=mask, EVEN_D=True, IEEE=False, UPCAST=False)
     if ranged:
         e["RANGED"] = mask and "--ranged" in sys.argv
+    if segmented:
+        e["SEGMENTS"] = segments
     return e
 
 
-
-for causal, mask in ((True, False), (False, False), (False, True), (True, True)):
-    c = dict(edges(causal, mask), BF16_RNE=False, STORE_O_LO=True, DESC=False, FOLD=not mask,
+for causal, mask, segments in ((True, False, False), (False, False, False), (False, True, False), (True, True, False),
+                               *(((True, False, True), (False, False, True)) if segmented else ())):
+    tag = " seg" if segments else ""
+    c = dict(edges(causal, mask, segments), BF16_RNE=False, STORE_O_LO=True, DESC=False, FOLD=not mask,
              BLOCK_M=128, BLOCK_N=128 if causal else 64, BLOCK_D=128)
-    out[f"attn_fwd c{causal:d} m{mask:d}"] = build(A._attn_fwd_kernel, c, att_ptrs, warps=8, stages=3)
-    c = dict(edges(causal, mask), ATOMIC_DQ=False, EVEN_N=True, BF16_RNE=False, LSE_LO=False, BLOCK_M=32, BLOCK_N=64, BLOCK_D=128)
-    out[f"attn_dkdv c{causal:d} m{mask:d}"] = build(A._attn_bwd_dkdv_kernel, c, att_ptrs, warps=4, stages=4)
-    c = dict(edges(causal, mask), BF16_RNE=False, LSE_LO=False, BLOCK_M=128, BLOCK_N=64, BLOCK_D=128)
-    out[f"attn_dq c{causal:d} m{mask:d}"] = build(A._attn_bwd_dq_kernel, c, att_ptrs, warps=8, stages=4)
+    out[f"attn_fwd c{causal:d} m{mask:d}{tag}"] = build(A._attn_fwd_kernel, c, att_ptrs, warps=8, stages=3)
+    c = dict(edges(causal, mask, segments), ATOMIC_DQ=False, EVEN_N=True, BF16_RNE=False, LSE_LO=False, BLOCK_M=32,
+             BLOCK_N=64, BLOCK_D=128)
+    out[f"attn_dkdv c{causal:d} m{mask:d}{tag}"] = build(A._attn_bwd_dkdv_kernel, c, att_ptrs, warps=4, stages=4)
+    c = dict(edges(causal, mask, segments), BF16_RNE=False, LSE_LO=False, BLOCK_M=128, BLOCK_N=64, BLOCK_D=128)
+    out[f"attn_dq c{causal:d} m{mask:d}{tag}"] = build(A._attn_bwd_dq_kernel, c, att_ptrs, warps=8, stages=4)
 S = importlib.import_module("roofkit.ops.softmax")
 sm_ptrs = {"part_ptr": "*fp32", "count_ptr": "*i32"}
 for log in (False, True):

@@ -60,6 +60,28 @@ def _visible(offs_m, offs_n, Sk, diag, diag_lo, IS_CAUSAL: tl.constexpr, HAS_LEF
 
 
 @triton.jit
+def _rows_mask(s, mask_rows, row_ok, offs_n, Sk, stride_mn, seg_q, segk_base, q_id, q_mixed, check,
+               HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, SEGMENTS: tl.constexpr):
+    """Scores [rows, keys] (the forward's and the dQ kernel's layout) with the attn_mask tile
+    applied (HAS_MASK: boolean, masked-out pairs -inf, or added in base 2) and, SEGMENTS, the
+    pairs of other segments at -inf: ``check`` False (every key of the program's range has the
+    rows' one id) skips the test, as does a block whose keys all have the rows' one id."""
+    if HAS_MASK:
+        am = tl.load(mask_rows + offs_n[None, :] * stride_mn, mask=row_ok[:, None] & (offs_n[None, :] < Sk), other=0)
+        if MASK_BOOL:
+            s = tl.where(am != 0, s, -float("inf"))
+        else:
+            s = s + _bias2(am)
+    if SEGMENTS:
+        if check:
+            # (keys past Sk read as the rows' id: the band's edge hides them)
+            seg_k = tl.load(segk_base + offs_n, mask=offs_n < Sk, other=q_id)
+            if q_mixed | (tl.min(seg_k, 0) != q_id) | (tl.max(seg_k, 0) != q_id):  # not all one segment
+                s = tl.where(seg_q[:, None] == seg_k[None, :], s, -float("inf"))
+    return s
+
+
+@triton.jit
 def _attn_fwd_inner(
     acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b, hk,
     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
@@ -103,19 +125,8 @@ def _attn_fwd_inner(
         s = _mma(q, tl.trans(k), IEEE, UPCAST)
         if not FOLD:
             s = s * qk_scale
-        if HAS_MASK:
-            am = tl.load(mask_rows + offs_n[None, :] * stride_mn, mask=row_ok[:, None] & (offs_n[None, :] < Sk),
-                         other=0)
-            if MASK_BOOL:
-                s = tl.where(am != 0, s, -float("inf"))
-            else:
-                s = s + _bias2(am)
-        if SEGMENTS:
-            if check:  # (False: every key of [lo, hi) has the rows' one id)
-                # (keys past Sk read as the rows' id: the band's edge hides them)
-                seg_k = tl.load(segk_base + offs_n, mask=offs_n < Sk, other=q_id)
-                if q_mixed | (tl.min(seg_k, 0) != q_id) | (tl.max(seg_k, 0) != q_id):  # not all one segment
-                    s = tl.where(seg_q[:, None] == seg_k[None, :], s, -float("inf"))
+        s = _rows_mask(s, mask_rows, row_ok, offs_n, Sk, stride_mn, seg_q, segk_base, q_id, q_mixed, check,
+                       HAS_MASK, MASK_BOOL, SEGMENTS)
         if EDGE:
             s = tl.where(_visible(offs_m, offs_n, Sk, diag, diag_lo, IS_CAUSAL, HAS_LEFT), s, -float("inf"))
         if FOLD:
@@ -635,19 +646,9 @@ def _attn_bwd_dq_inner(
         k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
         s = _mma(q, tl.trans(k), IEEE, UPCAST) * qk_scale
-        if HAS_MASK:  # a masked-out pair gets score -inf, so P = 2^(-inf - lse) = 0 (lse is never -inf here)
-            am = tl.load(mask_rows + offs_n[None, :] * stride_mn, mask=row_ok[:, None] & (offs_n[None, :] < Sk),
-                         other=0)
-            if MASK_BOOL:
-                s = tl.where(am != 0, s, -float("inf"))
-            else:
-                s = s + _bias2(am)
-        if SEGMENTS:
-            if check:  # (False: every key of [lo, hi) has the rows' one id)
-                # (keys past Sk read as the rows' id: the band's edge hides them)
-                seg_k = tl.load(segk_base + offs_n, mask=offs_n < Sk, other=q_id)
-                if q_mixed | (tl.min(seg_k, 0) != q_id) | (tl.max(seg_k, 0) != q_id):  # not all one segment
-                    s = tl.where(seg_q[:, None] == seg_k[None, :], s, -float("inf"))
+        # (a masked-out pair gets score -inf, so P = 2^(-inf - lse) = 0: lse is never -inf here)
+        s = _rows_mask(s, mask_rows, row_ok, offs_n, Sk, stride_mn, seg_q, segk_base, q_id, q_mixed, check,
+                       HAS_MASK, MASK_BOOL, SEGMENTS)
         if LSE_LO:
             p = tl.math.exp2((s - lse2[:, None]) - lse_lo[:, None])
         else:
