@@ -322,3 +322,17 @@ def test_patched_model_compiles_fullgraph_with_packed_sequences(device):
     got = compiled(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss
     want = ref(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_patched_model_still_returns_hidden_states(device):
+    # output_hidden_states: transformers records them for the classes its models registered when
+    # built; the patched model's (renamed) classes keep that, and the states are the original's.
+    ref = _model("qwen3", device).eval()
+    model = roofkit.patch(copy.deepcopy(ref)).eval()
+    ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4)).to(device)
+    with torch.no_grad():
+        want = ref(input_ids=ids, output_hidden_states=True).hidden_states
+        got = model(input_ids=ids, output_hidden_states=True).hidden_states
+    assert got is not None and len(got) == len(want) == 2
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

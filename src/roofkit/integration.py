@@ -250,9 +250,23 @@ def _swap(module: torch.nn.Module, forward, **attrs) -> bool:
         _SUBCLASSES[key] = type(f"Roofkit{base.__name__}", (base,),
                                 {"forward": forward, "_roofkit_forward": forward, "__module__": __name__})
     module.__class__ = _SUBCLASSES[key]
+    _keep_output_capture(base, module.__class__)
     for k, v in attrs.items():
         setattr(module, k, v)
     return True
+
+
+def _keep_output_capture(base: type, cls: type) -> None:
+    """transformers records hidden states and attentions (``output_hidden_states=True``) for the
+    classes its models register by name when they are built (a private registry, keyed by
+    ``str(cls)`` in 5.x): a roofkit subclass gets its base's entry, or it would return None."""
+    try:
+        from transformers.utils import output_capturing
+    except ImportError:
+        return
+    registry = getattr(output_capturing, "_CAN_RECORD_REGISTRY", None)
+    if isinstance(registry, dict) and str(base) in registry and str(cls) not in registry:
+        dict.__setitem__(registry, str(cls), dict.__getitem__(registry, str(base)))
 
 
 def _count(summary: "Summary", kind: str, swapped: bool, module: torch.nn.Module) -> None:

@@ -593,6 +593,35 @@ def test_sdpa_with_mask_replays_through_plans(device):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int16], ids=["relabeled", "as_given"])
+def test_segment_ids_replay_through_plans(device, dtype):
+    # Calls with segment_ids are planned (recorded, then replayed down to the kernels): a replay
+    # reads the new call's ids (other values each call: packed differently, or one sequence)
+    # and gives the unplanned call's bits, gradients too.
+    from roofkit.ops import _runtime
+
+    def call(seed):
+        q, k, v = _qkv(2, 2, 1, 20, 20, 16, device, grad=True, seed=seed)
+        cut = torch.tensor([[5 + seed], [20 if seed == 2 else 11]])
+        ids = (torch.arange(20)[None] >= cut).to(device=device, dtype=dtype) * (seed + 3)
+        out = flash_attention(q, k, v, causal=True, segment_ids=ids)
+        return (out.detach(), *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+
+    saved = _runtime.CPU_PLANS[0], _runtime.PLANS[0]
+    _runtime.CPU_PLANS[0] = True
+    try:
+        for seed in range(3):  # the first runs as written, the second records, the third replays
+            got = call(seed)
+        assert any(isinstance(p, _runtime.Plan) for p in flash_attention.plans.values())
+        _runtime.PLANS[0] = False
+        want = call(2)
+    finally:
+        _runtime.CPU_PLANS[0], _runtime.PLANS[0] = saved
+        _runtime.clear_plans()
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
 def test_attention_cost_hand_computed():
     # b2 h4 (kv 2) sq 3 sk 5 d 8 fp16, causal: top-left (SDPA) rows see 1, 2, 3 keys = 6 pairs;
     # bottom-right (flash_attention) 3, 4, 5 = 12 pairs.
@@ -726,6 +755,13 @@ def test_attention_bf16_under_interpreter_upcasts(device):
          ValueError, ["roofkit.flash_attention", "query segment_ids", "meta", "same device"]),
         (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3, segment_ids=[[0, 0, 1]]),
          TypeError, ["roofkit.flash_attention", "segment_ids", "pair of tensors", "list"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                   segment_ids=torch.zeros(1, 3, dtype=torch.long, device=d).to_sparse()),
+         TypeError, ["roofkit.flash_attention", "query segment_ids", "dense"]),
+        (lambda d: flash_attention(*[torch.ones(1, 2, 3, 8, device=d)] * 3,
+                                   segment_ids=(torch.zeros(1, 3, dtype=torch.uint16, device=d),
+                                                torch.zeros(1, 3, dtype=torch.int8, device=d))),
+         TypeError, ["roofkit.flash_attention", "segment_ids", "uint16 and int8", "same dtype"]),
     ],
 )
 def test_attention_bad_input_raises(call, exc, words, device):

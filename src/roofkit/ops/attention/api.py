@@ -192,6 +192,8 @@ def _segments_of(op: str, segment_ids, q: torch.Tensor, k: torch.Tensor) -> torc
     for name, ids, n in (("query segment_ids", pair[0], sq), ("key segment_ids", pair[1], sk)):
         if not isinstance(ids, torch.Tensor):
             raise TypeError(f"roofkit.{op}: {name} must be a torch.Tensor; got {type(ids).__name__}")
+        if ids.layout != torch.strided:
+            raise TypeError(f"roofkit.{op}: {name} must be a dense (strided) tensor; got layout {ids.layout}")
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             got = str(ids.dtype).removeprefix("torch.")
             raise TypeError(f"roofkit.{op}: {name} must be an integer tensor; got {got}")
@@ -200,7 +202,14 @@ def _segments_of(op: str, segment_ids, q: torch.Tensor, k: torch.Tensor) -> torc
                              "same device")
         if ids.dim() != 2 or ids.shape[0] not in (1, B) or ids.shape[1] != n:
             raise ValueError(f"roofkit.{op}: {name} must have shape ({B}, {n}) (or (1, {n})); got {tuple(ids.shape)}")
-    dtype = torch.promote_types(pair[0].dtype, pair[1].dtype)
+    dtype = pair[0].dtype
+    if pair[1].dtype != dtype:  # (decided here, not by torch.promote_types: plans record no dtype query)
+        wide = (torch.uint16, torch.uint32, torch.uint64)
+        if dtype in wide or pair[1].dtype in wide:
+            names = (str(t.dtype).removeprefix("torch.") for t in pair)
+            raise TypeError(f"roofkit.{op}: query and key segment_ids have dtypes {' and '.join(names)}; with "
+                            "uint16, uint32 or uint64 ids give both the same dtype")
+        dtype = torch.int64  # holds every value of the other integer dtypes
     ids = torch.cat([ids.to(dtype).expand(B, -1) for ids in pair], dim=1)
     ids = ids.to(torch.int16) if dtype in (torch.int8, torch.uint8, torch.int16) else _relabel(ids)
     # after each row's ids, whether both its query ids and its key ids are sorted (labels keep the
