@@ -48,9 +48,14 @@ def ptxas_info(kernel) -> str:
     return "; ".join(lines)
 
 
-for causal, (bm, bn) in ((True, (128, 128)), (False, (256, 64))):
-    for segments in (False, True):
-        for store_o_lo in (True, False):
-            k = compile_fwd(causal, segments, store_o_lo, bm, bn, 8, 3)
-            print(f"fwd causal={causal:d} {bm}x{bn} segments={segments:d} store_o_lo={store_o_lo:d}: "
-                  f"shared {k.metadata.shared} B; {ptxas_info(k)}", flush=True)
+def main():
+    for causal, (bm, bn) in ((True, (128, 128)), (False, (256, 64))):
+        for segments in (False, True):
+            for store_o_lo in (True, False):
+                k = compile_fwd(causal, segments, store_o_lo, bm, bn, 8, 3)
+                print(f"fwd causal={causal:d} {bm}x{bn} segments={segments:d} store_o_lo={store_o_lo:d}: "
+                      f"shared {k.metadata.shared} B; {ptxas_info(k)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
