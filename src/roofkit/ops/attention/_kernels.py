@@ -288,7 +288,10 @@ def _attn_fwd_kernel(
     tl.store(lse_ptr + rows, lse_hi, mask=row_ok)
     tl.store(lse_lo_ptr + rows, lse_lo, mask=row_ok)
     if STORE_O_LO:  # the output's rounding residual, itself rounded to the output's dtype
-        tl.store(o_lo_ptr + rows[:, None] * D + offs_d[None, :],
+        # (64-bit base per program, the tile's offsets in offs_m's width: a 64-bit offset per
+        # element would hold two registers each)
+        o_lo_base = o_lo_ptr + pid_bh.to(tl.int64) * Sq * D
+        tl.store(o_lo_base + offs_m[:, None] * D + offs_d[None, :],
                  _round_for_store(out - o_hi.to(tl.float32), o_lo_ptr, BF16_RNE), mask=io_mask)
 
 
