@@ -623,9 +623,12 @@ def _attn_bwd_dkdv_kernel(
                                           HAS_LEFT, HAS_MASK, MASK_BOOL, ATOMIC_DQ, EVEN_D, IEEE, UPCAST, LSE_LO,
                                           USE_INT64, BLOCK_M, BLOCK_D, SEGMENTS)
     dk = dk * sm_scale
-    out = b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
-    tl.store(dk_ptr + out, _round_for_store(dk, dk_ptr, BF16_RNE), mask=kv_mask)
-    tl.store(dv_ptr + out, _round_for_store(dv, dv_ptr, BF16_RNE), mask=kv_mask)
+    # (64-bit bases per program, the tile's offsets in offs_n's width: a 64-bit offset per element
+    # would hold two registers each while dK and dV are live)
+    base = b * stride_dkb + hk * stride_dkh
+    out = offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
+    tl.store(dk_ptr + base + out, _round_for_store(dk, dk_ptr, BF16_RNE), mask=kv_mask)
+    tl.store(dv_ptr + base + out, _round_for_store(dv, dv_ptr, BF16_RNE), mask=kv_mask)
 
 
 @triton.jit
