@@ -301,7 +301,7 @@ def _causal_only(signature, causal_mask_function, args, kwargs) -> bool:
 
 def _is_segment_ids(mask) -> bool:
     """Whether an attention function's ``attention_mask`` is the (B, S) integer segment ids of
-    ``_packed_causal_mask`` (transformers' masks are boolean or float, 4-D)."""
+    ``_create_causal_mask`` (transformers' masks are boolean or float, 4-D)."""
     return (isinstance(mask, torch.Tensor) and mask.dim() == 2 and not mask.is_floating_point()
             and mask.dtype != torch.bool)
 
@@ -434,9 +434,10 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
             if forward is None:
                 summary.left["packed sequences"] = (f"{prefix}Model.forward cannot be rebound: packed sequences get "
                                                     "transformers' boolean mask")
-            for m in model.modules():
-                if forward is not None and isinstance(m, base_cls):
-                    _swap(m, forward)
+            else:
+                for m in model.modules():
+                    if isinstance(m, base_cls):
+                        _swap(m, forward)
     if loss:
         if isinstance(model, lm_cls):
             if _swap(model, _causal_lm_forward):

@@ -567,23 +567,17 @@ def test_sdpa_reference_matches_torch_on_the_spec_masks():
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=c.name)
 
 
-def test_sdpa_with_mask_replays_through_plans(device):
-    # Eager calls are recorded and replayed (roofkit.ops._runtime): a replay must read the new
-    # call's mask (a keyword tensor argument) and give the unplanned call's bits, gradients too.
+def _assert_replays_as_written(fn, call):
+    """Eager calls of ``fn`` (``call(seed)``: output and gradients) are recorded and replayed
+    (roofkit.ops._runtime): the third call (a replay) gives the bits of the same call unplanned."""
     from roofkit.ops import _runtime
-
-    def call(seed):
-        q, k, v = _qkv(2, 2, 1, 7, 9, 16, device, grad=True, seed=seed)
-        mask = (torch.rand((2, 1, 1, 9), generator=torch.Generator().manual_seed(seed)) < 0.6).to(device)
-        out = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        return (out.detach(), *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
 
     saved = _runtime.CPU_PLANS[0], _runtime.PLANS[0]
     _runtime.CPU_PLANS[0] = True
     try:
         for seed in range(3):  # the first runs as written, the second records, the third replays
             got = call(seed)
-        assert any(isinstance(p, _runtime.Plan) for p in scaled_dot_product_attention.plans.values())
+        assert any(isinstance(p, _runtime.Plan) for p in fn.plans.values())
         _runtime.PLANS[0] = False
         want = call(2)
     finally:
@@ -591,6 +585,18 @@ def test_sdpa_with_mask_replays_through_plans(device):
         _runtime.clear_plans()
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+def test_sdpa_with_mask_replays_through_plans(device):
+    # A replay must read the new call's mask (a keyword tensor argument) and give the unplanned
+    # call's bits, gradients too.
+    def call(seed):
+        q, k, v = _qkv(2, 2, 1, 7, 9, 16, device, grad=True, seed=seed)
+        mask = (torch.rand((2, 1, 1, 9), generator=torch.Generator().manual_seed(seed)) < 0.6).to(device)
+        out = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return (out.detach(), *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+
+    _assert_replays_as_written(scaled_dot_product_attention, call)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int16], ids=["relabeled", "as_given"])
@@ -598,8 +604,6 @@ def test_segment_ids_replay_through_plans(device, dtype):
     # Calls with segment_ids are planned (recorded, then replayed down to the kernels): a replay
     # reads the new call's ids (other values each call: packed differently, or one sequence)
     # and gives the unplanned call's bits, gradients too.
-    from roofkit.ops import _runtime
-
     def call(seed):
         q, k, v = _qkv(2, 2, 1, 20, 20, 16, device, grad=True, seed=seed)
         cut = torch.tensor([[5 + seed], [20 if seed == 2 else 11]])
@@ -607,19 +611,7 @@ def test_segment_ids_replay_through_plans(device, dtype):
         out = flash_attention(q, k, v, causal=True, segment_ids=ids)
         return (out.detach(), *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
 
-    saved = _runtime.CPU_PLANS[0], _runtime.PLANS[0]
-    _runtime.CPU_PLANS[0] = True
-    try:
-        for seed in range(3):  # the first runs as written, the second records, the third replays
-            got = call(seed)
-        assert any(isinstance(p, _runtime.Plan) for p in flash_attention.plans.values())
-        _runtime.PLANS[0] = False
-        want = call(2)
-    finally:
-        _runtime.CPU_PLANS[0], _runtime.PLANS[0] = saved
-        _runtime.clear_plans()
-    for a, b in zip(got, want):
-        assert torch.equal(a, b)
+    _assert_replays_as_written(flash_attention, call)
 
 
 def test_attention_cost_hand_computed():

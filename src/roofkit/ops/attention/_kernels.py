@@ -150,15 +150,25 @@ def _attn_fwd_inner(
 
 
 @triton.jit
-def _ids_differ(ids_base, flag_ptr, lo, hi, one_id, mixed):
-    """Whether the ids at ``ids_base`` over [lo, hi) may differ from ``one_id`` (the program's
-    rows' or keys' id; ``mixed``: theirs differ among themselves): False only when the batch
-    row's ids are sorted (the host's flag at ``flag_ptr``, after the row's ids) and the first
-    and last of the range are ``one_id``, so that the loops skip every per-block id test."""
-    first = tl.load(ids_base + tl.minimum(lo, tl.maximum(hi - 1, 0)))
-    last = tl.load(ids_base + tl.maximum(hi - 1, 0))
-    ordered = tl.load(flag_ptr) != 0
-    return mixed | (first != one_id) | (last != one_id) | (not ordered)
+def _segment_ids(ids_base, offs, ok, start, others_base, flag_ptr, lo, hi, SEGMENTS: tl.constexpr):
+    """(ids, one_id, mixed, check) of a program's block (its query rows, or the dK/dV kernel's
+    keys): the ids at ``ids_base + offs`` (``ok``: in range; others read as the first), the
+    first one's id, whether they differ among themselves, and whether the other side's ids
+    over [lo, hi) at ``others_base`` may differ from ``one_id``: False only when the batch row's
+    ids are sorted (the host's flag at ``flag_ptr``, after the row's ids) and the block is one
+    id that the range's two ends have too, so that the loops skip every per-block id test.
+    Without SEGMENTS: placeholders, never read."""
+    if SEGMENTS:
+        one_id = tl.load(ids_base + start)
+        ids = tl.load(ids_base + offs, mask=ok, other=one_id)
+        mixed = tl.min(ids, 0) != tl.max(ids, 0)
+        first = tl.load(others_base + tl.minimum(lo, tl.maximum(hi - 1, 0)))
+        last = tl.load(others_base + tl.maximum(hi - 1, 0))
+        ordered = tl.load(flag_ptr) != 0
+        check = mixed | (first != one_id) | (last != one_id) | (not ordered)
+    else:
+        ids, one_id, mixed, check = offs, start, False, False
+    return ids, one_id, mixed, check
 
 
 @triton.jit
@@ -247,13 +257,9 @@ def _attn_fwd_kernel(
         lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
                                            + pid_m * stride_rm, BLOCK_N)
     seg_base = seg_ptr + b * stride_sb
-    if SEGMENTS:  # the rows' ids; a block of keys all of the rows' one id needs no per-pair test
-        q_id = tl.load(seg_base + m0)
-        seg_q = tl.load(seg_base + offs_m, mask=row_ok, other=q_id)
-        q_mixed = tl.min(seg_q, 0) != tl.max(seg_q, 0)
-        check = _ids_differ(seg_base + Sq, seg_base + Sq + Sk, lo, hi, q_id, q_mixed)
-    else:
-        seg_q, q_id, q_mixed, check = offs_m, m0, False, False  # (not read)
+    # (the rows' ids; a block of keys all of the rows' one id needs no per-pair test)
+    seg_q, q_id, q_mixed, check = _segment_ids(seg_base, offs_m, row_ok, m0, seg_base + Sq, seg_base + Sq + Sk,
+                                               lo, hi, SEGMENTS)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -561,13 +567,6 @@ def _attn_bwd_dkdv_kernel(
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    seg_base = seg_ptr + b * stride_sb  # (SEGMENTS: Sq query ids, then Sk key ids)
-    if SEGMENTS:  # the keys' ids; a block of rows all of the keys' one id needs no per-pair test
-        k_id = tl.load(seg_base + Sq + n0)
-        seg_k = tl.load(seg_base + Sq + offs_n, mask=offs_n < Sk, other=k_id)
-        k_mixed = tl.min(seg_k, 0) != tl.max(seg_k, 0)
-    else:
-        seg_k, k_id, k_mixed = offs_n, n0, False  # (not read)
     # The query rows that see some of these keys lie in [m_lo, m_hi); every row of the blocks in
     # [m_a, m_b) sees all of them (unmasked); [m_lo, m_a) and [m_b, m_hi) hold the band's edges.
     if IS_CAUSAL:  # row i sees key j iff j <= i + diag: rows from n0 - diag on see some
@@ -588,10 +587,10 @@ def _attn_bwd_dkdv_kernel(
     if RANGED:  # the mask's span of query rows for these keys, over the group's heads (host: _mask_ranges)
         m_lo, m_a, m_b, m_hi = _clamp_to_range(m_lo, m_a, m_b, m_hi, range_ptr + b * stride_rb + hk * stride_rh
                                                + tl.program_id(1) * stride_rm, BLOCK_M)
-    if SEGMENTS:
-        check = _ids_differ(seg_base, seg_base + Sq + Sk, m_lo, m_hi, k_id, k_mixed)
-    else:
-        check = False
+    seg_base = seg_ptr + b * stride_sb  # (SEGMENTS: Sq query ids, then Sk key ids)
+    # (the keys' ids; a block of rows all of the keys' one id needs no per-pair test)
+    seg_k, k_id, k_mixed, check = _segment_ids(seg_base + Sq, offs_n, offs_n < Sk, n0, seg_base, seg_base + Sq + Sk,
+                                               m_lo, m_hi, SEGMENTS)
     for g in range(0, G):
         h = hk * G + g
         bh = b * (Hkv * G) + h
@@ -715,13 +714,9 @@ def _attn_bwd_dq_kernel(
         lo, n_a, n_b, hi = _clamp_to_range(lo, n_a, n_b, hi, range_ptr + b * stride_rb + h * stride_rh
                                            + pid_m * stride_rm, BLOCK_N)
     seg_base = seg_ptr + b * stride_sb  # (SEGMENTS: Sq query ids, then Sk key ids)
-    if SEGMENTS:  # the rows' ids; a block of keys all of the rows' one id needs no per-pair test
-        q_id = tl.load(seg_base + m0)
-        seg_q = tl.load(seg_base + offs_m, mask=row_ok, other=q_id)
-        q_mixed = tl.min(seg_q, 0) != tl.max(seg_q, 0)
-        check = _ids_differ(seg_base + Sq, seg_base + Sq + Sk, lo, hi, q_id, q_mixed)
-    else:
-        seg_q, q_id, q_mixed, check = offs_m, m0, False, False  # (not read)
+    # (the rows' ids; a block of keys all of the rows' one id needs no per-pair test)
+    seg_q, q_id, q_mixed, check = _segment_ids(seg_base, offs_m, row_ok, m0, seg_base + Sq, seg_base + Sq + Sk,
+                                               lo, hi, SEGMENTS)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if HAS_LEFT:  # (without a left edge [lo, n_a) is empty: RANGED moves both to the span's start)
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
