@@ -301,6 +301,13 @@ def test_packed_sequences_reach_attention_as_segment_ids(family, tracing, device
     model(input_ids=ids, position_ids=unpacked, labels=ids, use_cache=False)
     assert (seen == [] if not tracing else len(seen) == 1 and (seen[0] == 0).all())  # eager: plain causal
     seen.clear()
+    # no position ids: the model makes 0 .. S-1 itself, nothing can be packed: plain causal, traced or not
+    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+    torch.testing.assert_close(loss, ref(input_ids=ids, labels=ids, use_cache=False).loss, rtol=1e-4, atol=1e-5)
+    assert seen == []
+    model.model(ids, None, pos, use_cache=False)  # (position ids given positionally: packed path)
+    assert len(seen) == 1 and seen[0] is not None
+    seen.clear()
     with torch.no_grad():
         padding = torch.ones(2, 19, dtype=torch.long, device=device)
         padding[0, :2] = 0
@@ -322,6 +329,8 @@ def test_patched_model_compiles_fullgraph_with_packed_sequences(device):
     got = compiled(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss
     want = ref(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    got = compiled(input_ids=ids, labels=ids, use_cache=False).loss  # (no position ids: plain causal)
+    torch.testing.assert_close(got, ref(input_ids=ids, labels=ids, use_cache=False).loss, rtol=1e-4, atol=1e-5)
 
 
 def test_patched_model_still_returns_hidden_states(device):

@@ -42,6 +42,7 @@ autocast, attention runs in the autocast dtype, as torch's SDPA does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import sys
@@ -221,7 +222,8 @@ def _module_with(module_dict: dict, names: dict) -> dict:
     really reads, not the transformers module's objects of the same names)."""
     key = (module_dict["__name__"], tuple(names.items()))
     if key not in _MODULES:
-        name = f"roofkit_patched_{module_dict['__name__'].replace('.', '_')}_{'_'.join(names)}"
+        bound = "_".join(f"{k}_{getattr(v, '__name__', id(v))}" for k, v in names.items())
+        name = f"roofkit_patched_{module_dict['__name__'].replace('.', '_')}_{bound}"
         module = types.ModuleType(name)
         vars(module).update({**module_dict, **names, "__name__": name})
         sys.modules[name] = module
@@ -335,10 +337,22 @@ def _create_causal_mask(config, inputs_embeds, attention_mask, past_key_values=_
     the causal mask of packed sequences (no padding mask, no cache, no other mask function,
     position ids given; transformers finds the sequences where the positions restart) this
     returns the sequences' ids, (B, S) integers, instead of a (B, 1, S, S) boolean mask, and the
-    attention compares them inside its tiles (at causal attention's cost). While torch.compile
-    traces, transformers cannot look at the positions and always takes that path, so every
-    compiled training step gets here. Any other call is transformers'. (A module-level function,
-    not a closure: torch.compile guards the globals of the forward it is bound into.)"""
+    attention compares them inside its tiles. While torch.compile traces, transformers cannot look
+    at the positions and always takes that path, so every compiled step given position ids gets
+    here. Any other call is transformers'. (A module-level function, not a closure: torch.compile
+    guards the globals of the forward it is bound into.)"""
+    return _causal_mask(True, config, inputs_embeds, attention_mask, past_key_values, position_ids, others)
+
+
+def _create_causal_mask_unpacked(config, inputs_embeds, attention_mask, past_key_values=_UNSET, position_ids=None,
+                                 **others):
+    """``_create_causal_mask`` for a forward called without position ids: the model made them
+    itself, 0 .. S-1 on every row, so there are no packed sequences and the mask is plain causal
+    (None: the attention's ``is_causal``), with no ids to make or compare, compiled or not."""
+    return _causal_mask(False, config, inputs_embeds, attention_mask, past_key_values, position_ids, others)
+
+
+def _causal_mask(packed: bool, config, inputs_embeds, attention_mask, past_key_values, position_ids, others):
     cache = others.pop("cache", None) if past_key_values is _UNSET else past_key_values
     if (getattr(config, "_attn_implementation", None) != ATTENTION or not getattr(config, "is_causal", True)
             or attention_mask is not None or cache is not None
@@ -349,9 +363,34 @@ def _create_causal_mask(config, inputs_embeds, attention_mask, past_key_values=_
         # (the cache passed on positionally: its parameter is past_key_values or cache, by version)
         return _MASKING["create_causal_mask"](config, inputs_embeds, attention_mask, cache, position_ids=position_ids,
                                               **others)
+    if not packed:
+        return None
     if position_ids.shape[0] != inputs_embeds.shape[0]:
         position_ids = position_ids.expand(inputs_embeds.shape[0], -1)
     return _MASKING["find_packed_sequence_indices"](position_ids)  # (None: one sequence a row, plain causal)
+
+
+_CHOOSERS: dict = {}
+
+
+def _forward_by_positions(original, packed_forward, plain_forward):
+    """The base model's forward: ``plain_forward`` (masks from ``_create_causal_mask_unpacked``)
+    when the call gives no position ids, else ``packed_forward``. A decision on the arguments
+    alone, which torch.compile traces (and guards) without reading a tensor."""
+    if original in _CHOOSERS:
+        return _CHOOSERS[original]
+    params = [p for p in inspect.signature(original).parameters.values()][1:]  # (without self)
+    index = next((i for i, p in enumerate(params) if p.name == "position_ids"
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), None)
+
+    @functools.wraps(plain_forward)
+    def forward(self, *args, **kwargs):
+        given = kwargs.get("position_ids") is not None or (
+            index is not None and len(args) > index and args[index] is not None)
+        return (packed_forward if given else plain_forward)(self, *args, **kwargs)
+
+    _CHOOSERS[original] = forward
+    return forward
 
 
 def _register_attention() -> None:
@@ -431,6 +470,10 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
             packed = _packed_causal_mask(original) if callable(original) and base_cls is not None else None
             forward = (_with_globals(base_cls.forward, vars(mod), {"create_causal_mask": packed})
                        if packed is not None else None)
+            plain = (_with_globals(base_cls.forward, vars(mod), {"create_causal_mask": _create_causal_mask_unpacked})
+                     if forward is not None else None)
+            if plain is not None:
+                forward = _forward_by_positions(base_cls.forward, forward, plain)
             if forward is None:
                 summary.left["packed sequences"] = (f"{prefix}Model.forward cannot be rebound: packed sequences get "
                                                     "transformers' boolean mask")
