@@ -272,12 +272,22 @@ def _attn_fwd_kernel(
                                         seg_q, seg_base + Sq, q_id, q_mixed, check,
                                         True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
                                         FOLD, BLOCK_N, BLOCK_D, USE_INT64, SEGMENTS)
+    n_s = n_a
+    if SEGMENTS:  # the whole blocks: with ids where the program has pairs to test, else [n_a, n_a) ...
+        n_s = tl.where(check, n_b, n_a)
+        acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
+                                        stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                                        offs_m, offs_d, n_a, n_s, Sk, D, diag, diag_lo, qk_scale,
+                                        seg_q, seg_base + Sq, q_id, q_mixed, check,
+                                        False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
+                                        FOLD, BLOCK_N, BLOCK_D, USE_INT64, SEGMENTS)
+    # ... and the rest without them (a loop with no per-block branch: causal attention's)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                                    offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
+                                    offs_m, offs_d, n_s, n_b, Sk, D, diag, diag_lo, qk_scale,
                                     seg_q, seg_base + Sq, q_id, q_mixed, check,
                                     False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, DESC,
-                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64, SEGMENTS)
+                                    FOLD, BLOCK_N, BLOCK_D, USE_INT64)
     acc, m_i, l_i = _attn_fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, mask_rows, row_ok, b32, hk32,
                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                                     offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
@@ -725,12 +735,21 @@ def _attn_bwd_dq_kernel(
                                 seg_q, seg_base + Sq, q_id, q_mixed, check,
                                 True, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
                                 BLOCK_N, SEGMENTS)
+    n_s = n_a
+    if SEGMENTS:  # the whole blocks with ids only where the program has pairs to test (as the forward)
+        n_s = tl.where(check, n_b, n_a)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
+                                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+                                offs_m, offs_d, n_a, n_s, Sk, D, diag, diag_lo, qk_scale,
+                                seg_q, seg_base + Sq, q_id, q_mixed, check,
+                                False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
+                                BLOCK_N, SEGMENTS)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                             stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
-                            offs_m, offs_d, n_a, n_b, Sk, D, diag, diag_lo, qk_scale,
+                            offs_m, offs_d, n_s, n_b, Sk, D, diag, diag_lo, qk_scale,
                             seg_q, seg_base + Sq, q_id, q_mixed, check,
                             False, IS_CAUSAL, HAS_LEFT, HAS_MASK, MASK_BOOL, EVEN_D, IEEE, UPCAST, LSE_LO, USE_INT64,
-                            BLOCK_N, SEGMENTS)
+                            BLOCK_N)
     dq = _attn_bwd_dq_inner(dq, q, do, lse2, lse_lo, delta, k_base, v_base, mask_rows, row_ok,
                             stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                             offs_m, offs_d, n_b, hi, Sk, D, diag, diag_lo, qk_scale,
