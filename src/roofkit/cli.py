@@ -200,7 +200,8 @@ def cmd_eval(args) -> int:
     try:
         rep = evaluate(args.candidate, args.op, cases=args.cases, quick=args.quick, seeds=args.seeds,
                        timeout_s=args.timeout, total_timeout_s=args.total_timeout, dtypes=dtypes or None,
-                       hidden=args.hidden, backward=args.backward)
+                       hidden=args.hidden, backward=args.backward, device=args.device,
+                       timing=False if args.no_time else None, reps=args.reps, baselines=not args.no_baselines)
     except EvaluationError as e:
         print(f"roofkit eval: {e}", file=sys.stderr)
         return 2
@@ -462,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=120.0, help="seconds one call may take (default: 120)")
     s.add_argument("--total-timeout", type=float, default=1800.0,
                    help="seconds the whole evaluation may take (default: 1800)")
+    s.add_argument("--device", help="cpu (the Triton interpreter) or cuda (default: cuda where a GPU is present)")
+    s.add_argument("--reps", type=int, default=10, help="timed calls per case on a GPU, fresh inputs each (default: 10)")
+    s.add_argument("--no-time", action="store_true", help="on a GPU: judge correctness only, no timed round")
+    s.add_argument("--no-baselines", action="store_true",
+                   help="do not time roofkit, torch and torch.compile beside the candidate")
     s.add_argument("--json", help="also write the report to this JSON file")
     s.set_defaults(func=cmd_eval)
 

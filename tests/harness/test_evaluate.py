@@ -6,6 +6,7 @@ cases in float32, so the whole file stays cheap on one CPU core.
 """
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ import torch
 
 from roofkit.cli import main
 from roofkit.harness import registry
-from roofkit.harness.evaluate import CLASSES, HIDDEN_CASES, EvaluationError, evaluate, evaluate_many
+from roofkit.harness import evaluate as evaluate_module
+from roofkit.harness.device import Ceilings
+from roofkit.harness.evaluate import CLASSES, HIDDEN_CASES, EvaluationError, Report, evaluate, evaluate_many
 
 pytestmark = pytest.mark.harness
 
@@ -60,7 +63,7 @@ def test_eval_cases_exist():
 def zoo_reports():
     names = HONEST + list(BROKEN) + list(EXPLOITS)
     reports = evaluate_many([ZOO / f"{n}.py" for n in names], "softmax", cases=CASES, seeds=2,
-                            timeout_s=CALL_TIMEOUT_S, dtypes=[torch.float32])
+                            timeout_s=CALL_TIMEOUT_S, dtypes=[torch.float32], device="cpu")
     return dict(zip(names, reports))
 
 
@@ -220,3 +223,89 @@ def test_a_candidate_cannot_reach_the_judges_process(tmp_path):
     rep = evaluate(cand, "softmax", cases=CASES[:1], seeds=1, timeout_s=CALL_TIMEOUT_S, dtypes=[torch.float32],
                    hidden=0)
     assert rep.isolation == name and rep.accepted, rep.summary()
+
+
+# ----------------------------------------------------------------------------- timing (GPU)
+
+
+def _ceilings_for_test():
+    return Ceilings(gpu="test", driver="", torch="", copy_gbps=4000.0, read_gbps=4000.0,
+                    matmul_tflops={"fp32": 60.0, "tf32": 400.0, "bf16": 700.0, "fp16": 700.0}, l2_bytes=1 << 25,
+                    sm_count=100, measured_at="", method="")
+
+
+@pytest.mark.parametrize("kind, want", [
+    ("honest", set()),
+    ("faster_than_the_roofs", {"implausible"}),
+    ("work_after_the_end_event", {"side_stream"}),
+    ("output_changed_after_return", {"deferred"}),
+    ("times_beyond_the_judges_clock", {"timer"}),
+    ("timer_replaced", {"timer"}),
+])
+def test_timing_judgement(monkeypatch, kind, want):
+    # The judge's checks of a timed round's figures (what the candidate's process reports):
+    # softmax over 4000 x 4000 float32 moves 128 MB, 0.032 ms at the test's 4000 GB/s roof.
+    monkeypatch.setattr(evaluate_module, "_ceilings", _ceilings_for_test)
+    spec = registry.get("softmax")
+    case = spec.case("gpu_4000x4000")
+    times = [0.050, 0.051, 0.049, 0.052, 0.050]
+    msg = dict(times_ms=times, idle_ms=[t + 0.012 for t in times], idle_baseline_ms=0.010, deferred=[False] * 5,
+               tampered=[])
+    wall_ms = 40.0
+    if kind == "faster_than_the_roofs":
+        msg.update(times_ms=[0.02] * 5, idle_ms=[0.032] * 5)
+    elif kind == "work_after_the_end_event":
+        msg["idle_ms"] = [t + 1.0 for t in times]
+    elif kind == "output_changed_after_return":
+        msg["deferred"] = [False, True, False, False, False]
+    elif kind == "times_beyond_the_judges_clock":
+        wall_ms = 0.2
+    elif kind == "timer_replaced":
+        msg["tampered"] = ["Event.elapsed_time"]
+    rep = Report("softmax", "candidate.py")
+    entry = evaluate_module._judge_timing(spec, case, torch.float32, msg, wall_ms, rep, {"torch": 0.06})
+    assert rep.classes == want, rep.summary()
+    assert entry["reps"] == 5 and entry["median_ms"] == pytest.approx(statistics.median(msg["times_ms"]))
+    assert entry["roof_pct"] == pytest.approx(100 * 0.032 / entry["median_ms"], rel=1e-3)
+    assert entry["baselines"] == {"torch": 0.06}
+
+
+def test_timing_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(EvaluationError, match="CUDA"):
+        evaluate(ZOO / "honest_torch.py", "softmax", cases=["odd_3x7"], timing=True)
+    with pytest.raises(EvaluationError, match="no CUDA device"):
+        evaluate(ZOO / "honest_torch.py", "softmax", cases=["odd_3x7"], device="cuda")
+
+
+GPU_EXPLOITS = {"side_stream": {"side_stream"}, "patched_timer": {"timer"},
+                "garbage_when_timed": {"stateful", "cached"}}
+
+
+@pytest.fixture(scope="module")
+def gpu_reports():
+    names = HONEST + list(GPU_EXPLOITS)
+    reports = evaluate_many([ZOO / f"{n}.py" for n in names], "softmax", cases=["gpu_row_4096"], seeds=2, hidden=0,
+                            dtypes=[torch.float32], device="cuda", reps=5, timeout_s=120)
+    return dict(zip(names, reports))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", HONEST)
+def test_eval_times_honest_candidates_on_the_gpu(gpu_reports, name):
+    rep = gpu_reports[name]
+    assert rep.accepted, rep.summary()
+    assert rep.device.startswith("cuda")
+    assert sum(r.round == -1 for r in rep.rows) == 5  # every timed output judged
+    (t,) = rep.timings
+    assert t["reps"] == 5 and 0 < t["median_ms"] < 10 and 0 < t["roof_pct"] <= 105
+    assert {"roofkit", "torch"} <= set(t["baselines"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GPU_EXPLOITS))
+def test_eval_rejects_timing_exploits_on_the_gpu(gpu_reports, name):
+    rep = gpu_reports[name]
+    assert not rep.accepted
+    assert GPU_EXPLOITS[name] & rep.classes, rep.summary()

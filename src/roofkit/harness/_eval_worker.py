@@ -6,7 +6,9 @@ It imports torch once, then forks one process per candidate. That process writes
 directory and stdin at /dev/null, imports the candidate file and answers one ``call`` message at a
 time with the output and the inputs as they are after the call. When it ends, this process
 reports its exit status (``ended``), so an ``os._exit`` or a crash in a candidate is told apart
-from a hang. Messages travel as length-prefixed ``torch.save`` bytes over two inherited pipe
+from a hang. On a GPU (the ``candidate`` message's ``device``) every call's tensors move there
+first and come back to the CPU, and a ``time`` message times the candidate on sets of inputs with
+CUDA events (``_Timer``, bound before the candidate is imported). Messages travel as length-prefixed ``torch.save`` bytes over two inherited pipe
 descriptors named by ``ROOFKIT_EVAL_FDS`` (read and removed from the environment at start); what
 the candidate prints never reaches them. The judge trusts none of it: it decodes with
 ``weights_only=True`` and checks every value against references it computed itself.
@@ -71,6 +73,121 @@ def _plain(t):
         return torch.Tensor.as_subclass(t.detach(), torch.Tensor).clone()
 
 
+def _to(obj, device):
+    """``obj`` (a tensor, or anything else) on ``device``, a tensor keeping its strides."""
+    import torch
+
+    if not isinstance(obj, torch.Tensor) or obj.device == device:
+        return obj
+    t = obj.detach()
+    with torch.no_grad():
+        if t.numel() and any(st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape)):  # an expanded view
+            idx = tuple(slice(0, 1) if st == 0 else slice(None) for st in t.stride())
+            return _to(t[idx].contiguous(), device).expand(t.shape)
+        out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+        return out.copy_(t)
+
+
+def _back(t):
+    """A tensor of the candidate's as a plain tensor for the channel (``_plain``), copied to the
+    CPU from a GPU (a tensor elsewhere, e.g. on the meta device, goes as it is: the judge says so)."""
+    t = _plain(t)
+    return t.cpu() if t.device.type == "cuda" else t
+
+
+class _Timer:
+    """Times calls as ``roofkit bench`` does (harness/timing.py): before each, the L2 overwritten
+    (twice its size, read from the device) and a device-side sleep sized from the call's host
+    time, so launch work is not device time; CUDA events around the call. Also per call: a copy
+    of the output taken on the stream right after it returns, compared with the output once the
+    whole device is idle (work still writing it: ``deferred``), and an event recorded after a
+    device-wide synchronize (work on other streams ends before it: ``idle_ms``, the call's time
+    plus what the device did after that copy). Everything it
+    uses is bound here, before the candidate is imported (a candidate that replaces torch's
+    functions later does not reach these references), and the idle delay of a call that does
+    nothing is measured first, as the baseline of the judge's side-stream check."""
+
+    def __init__(self, device):
+        import time
+
+        import torch
+
+        from roofkit.harness.timing import L2Flusher, _sleep_cycles_per_us
+
+        self.device = device
+        self.torch = torch
+        self.Event = torch.cuda.Event
+        base = torch._C._CudaEventBase
+        self.record, self.elapsed = base.record, base.elapsed_time
+        self.stream = torch.cuda.current_stream
+        self.sync = torch.cuda.synchronize
+        self.sleep = torch.cuda._sleep
+        self.perf = time.perf_counter
+        self.equal = torch.equal
+        self.uint8 = torch.uint8
+        # what a candidate could replace to change the figures: checked again after every round
+        self.watched = {f"{owner.__name__}.{name}": (owner, name, getattr(owner, name)) for owner, names in (
+            (torch.cuda.Event, ("record", "elapsed_time", "synchronize")),
+            (base, ("record", "elapsed_time", "synchronize")),
+            (torch.cuda, ("Event", "synchronize", "current_stream", "_sleep")),
+            (torch, ("equal",)), (torch.Tensor, ("clone", "contiguous", "view", "reshape")),
+            (time, ("perf_counter", "monotonic"))) for name in names}
+        self.flush = L2Flusher(device)
+        self.cycles_per_us = _sleep_cycles_per_us(device)
+        empty = [self._one(lambda: None, 0)[1:3] for _ in range(21)]
+        self.idle_baseline_ms = sorted(i - t for t, i in empty)[len(empty) // 2]
+
+    def tampered(self) -> list[str]:
+        """The watched names (``module.attribute``) no longer bound to what they were."""
+        return [k for k, (owner, name, obj) in self.watched.items() if getattr(owner, name, None) is not obj]
+
+    def _one(self, call, sleep_cycles):
+        s, e, c, idle = (self.Event(enable_timing=True) for _ in range(4))
+        stream = self.stream(self.device)
+        self.flush()
+        self.sleep(sleep_cycles)
+        self.record(s, stream)
+        out = call()
+        self.record(e, stream)
+        early = out.detach().clone() if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided \
+            else None
+        self.record(c, stream)
+        self.sync(self.device)
+        self.record(idle, stream)
+        self.sync(self.device)
+        t = self.elapsed(s, e)
+        # (the device's busy time past the copy's end: the copy itself is not the call's)
+        return out, t, t + self.elapsed(c, idle), early
+
+    def _same_bits(self, a, b) -> bool:
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return self.equal(a.contiguous().reshape(-1).view(self.uint8), b.contiguous().reshape(-1).view(self.uint8))
+
+    def run(self, fn, sets, warmup_ms: float):
+        """(outputs, device ms per call, ms until the device was idle, deferred flags) of one
+        call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on the
+        first set for ``warmup_ms`` (three at least) that size the sleep."""
+        args0, kwargs0 = sets[0]
+        n, t0, host = 0, self.perf(), []
+        while n < 3 or (self.perf() - t0) * 1e3 < warmup_ms:
+            h = self.perf()
+            fn(*args0, **kwargs0)
+            host.append(self.perf() - h)
+            self.sync(self.device)
+            n += 1
+        host_us = sorted(host)[len(host) // 2] * 1e6
+        cycles = int(self.cycles_per_us * (2.0 * host_us + 20.0))
+        outs, times, idles, deferred = [], [], [], []
+        for args, kwargs in sets:
+            out, t, idle, early = self._one(lambda a=args, k=kwargs: fn(*a, **k), cycles)
+            outs.append(out)
+            times.append(t)
+            idles.append(idle)
+            deferred.append(early is not None and not self._same_bits(early, out))
+        return outs, times, idles, deferred
+
+
 def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
     import importlib.util
 
@@ -79,6 +196,8 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
     from roofkit.harness.verify import poisoned_allocations
 
     os.chdir(msg["dir"])
+    device = torch.device(msg.get("device", "cpu"))
+    timer = _Timer(device) if device.type == "cuda" else None
     _send(wfd, {"kind": "hello", "pid": os.getpid()})
     sys.stdout.flush()
     sys.stderr.flush()
@@ -107,9 +226,18 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
 
     while True:
         msg = _recv(rfd)
+        if msg is not None and msg["kind"] == "time" and timer is not None:
+            reply = _timed(fn, msg, device, timer)
+            _send(wfd, reply)
+            if reply["status"] == "exit":
+                return 0
+            continue
         if msg is None or msg["kind"] != "call":
             return 0
-        args, kwargs = list(msg["args"]), msg["kwargs"]
+        args = [_to(a, device) for a in msg["args"]]
+        kwargs = {k: _to(v, device) for k, v in msg["kwargs"].items()}
+        if "dy" in msg:
+            msg["dy"] = _to(msg["dy"], device)
         grad_pos = msg.get("grad") or []
         # Arguments whose gradients are judged: each a leaf that requires grad seen through one
         # autograd step (so a candidate may still write into it, and be caught doing so).
@@ -123,7 +251,8 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
                 out = fn(*args, **kwargs)
             reply["type"] = f"{type(out).__module__}.{type(out).__qualname__}"
             if isinstance(out, torch.Tensor):
-                reply["out"] = _plain(out)
+                reply["device"] = str(out.device)
+                reply["out"] = _back(out)
                 dy = msg.get("dy")
                 if not grad_pos:
                     pass
@@ -135,7 +264,7 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
                     try:
                         with poisoned_allocations():
                             grads = torch.autograd.grad(out, leaves, dy, allow_unused=True)
-                        reply["grads"] = [None if g is None else _plain(g) for g in grads]
+                        reply["grads"] = [None if g is None else _back(g) for g in grads]
                         reply["grad_status"] = "ok"
                     except Exception as e:  # noqa: BLE001 (SystemExit and the like pass as they are)
                         reply.update(grad_status="exception", grad_message=_describe(e))
@@ -144,14 +273,40 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
         except BaseException as e:  # noqa: BLE001 (whatever the candidate raises is reported)
             reply.update(status="exception", message=_describe(e))
         try:
-            reply["args"] = [_plain(a) if isinstance(a, torch.Tensor) else None for a in args]
-            reply["kwargs"] = {k: _plain(v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+            reply["args"] = [_back(a) if isinstance(a, torch.Tensor) else None for a in args]
+            reply["kwargs"] = {k: _back(v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
             _send(wfd, reply)
         except BaseException as e:  # noqa: BLE001 (a candidate's output may break serialization)
             _send(wfd, {"kind": "result", "seq": reply["seq"], "status": "exception", "type": "", "out": None,
                         "message": "the output could not be sent: " + _describe(e), "args": [], "kwargs": {}})
         if reply["status"] == "exit":
             return 0
+
+
+def _timed(fn, msg: dict, device, timer: _Timer) -> dict:
+    """The answer to a ``time`` message: the candidate timed on each of its input sets
+    (``_Timer.run``), with every output (on the CPU) for the judge to check."""
+    import torch
+
+    sets = [([_to(a, device) for a in args], {k: _to(v, device) for k, v in kwargs.items()})
+            for args, kwargs in msg["sets"]]
+    reply = {"kind": "timed", "seq": msg["seq"], "status": "ok", "message": "", "times_ms": [], "idle_ms": [],
+             "deferred": [], "outs": [], "types": [], "devices": [], "idle_baseline_ms": timer.idle_baseline_ms,
+             "tampered": []}
+    try:
+        outs, times, idles, deferred = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
+        reply.update(times_ms=[float(t) for t in times], idle_ms=[float(t) for t in idles],
+                     deferred=[bool(d) for d in deferred], tampered=timer.tampered())
+        for out in outs:
+            reply["types"].append(f"{type(out).__module__}.{type(out).__qualname__}")
+            tensor = isinstance(out, torch.Tensor)
+            reply["devices"].append(str(out.device) if tensor else "")
+            reply["outs"].append(_back(out) if tensor and out.layout == torch.strided else None)
+    except SystemExit as e:
+        reply.update(status="exit", message=f"sys.exit({e.code!r})")
+    except BaseException as e:  # noqa: BLE001 (whatever the candidate raises is reported)
+        reply.update(status="exception", message=_describe(e))
+    return reply
 
 
 def _become_subreaper() -> bool:

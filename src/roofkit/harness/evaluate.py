@@ -16,8 +16,17 @@ Finding classes (one :class:`Finding` per class and case): ``wrong_result``, ``w
 verify draws it) and the arguments verify differentiates; a candidate whose output carries an
 autograd graph has its gradients judged against the float64 reference's (verify's rules); one
 whose output carries none is judged on its forward only, or rejected (``no_gradient``) when the
-backward is required. This slice runs on the CPU (the Triton interpreter); timing is not judged
-yet (docs/eval.md).
+backward is required.
+
+On a GPU (``device``, the default where one is present) the candidate's calls run there, and
+``timing`` adds a timed round per evaluated case (hidden shapes apart): ``reps`` calls on fresh
+inputs each, timed in the candidate's process as ``roofkit bench`` times (cold L2, CUDA events;
+``_eval_worker._Timer``), every output judged as a checked call's, and the timing judged here:
+``deferred`` (the output still changed after the call returned), ``side_stream`` (work went on
+after the call's end event, on another stream), ``implausible`` (faster than the measured roofs
+allow), ``timer`` (times that add up to more than the judge's own clock saw). The report gives
+each case's time beside torch's, torch.compile's and roofkit's own, timed here by ``bench_case``
+(docs/eval.md).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import random
 import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,15 +47,24 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from . import registry
 from .inputs import make_generator
+from .roofline import place
 from .spec import Case, OpSpec
 from .verify import _bitwise_equal, _clone_layout, _grad_outputs, check_outputs, reference_outputs, select_cases
 
 CLASSES = ("wrong_result", "wrong_gradient", "no_gradient", "nan", "wrong_shape", "wrong_dtype", "wrong_type", "tensor_subclass", "input_mutation",
-           "cached", "stateful", "exception", "exit", "crash", "hang", "protocol")
+           "cached", "stateful", "exception", "exit", "crash", "hang", "protocol",
+           "deferred", "side_stream", "implausible", "timer")
+TIMED_REPS = 10  # timed calls per case on a GPU, each on fresh inputs
+# side_stream: the device still busy after the call's end event, beyond the idle baseline, by more
+# than this share of the call's own time, and at least SIDE_STREAM_MIN_MS
+SIDE_STREAM_SHARE = 0.25
+SIDE_STREAM_MIN_MS = 0.025
+BASELINES = ("roofkit", "torch", "torch.compile")  # timed here beside the candidate (bench's method)
 QUICK_FALLBACK = 3  # cases taken by ``quick`` from a spec that tags none quick
 HIDDEN_CASES = 3  # shapes no case of the op has, judged beside the evaluated cases
 CALL_TIMEOUT_S = 120.0
@@ -107,6 +126,9 @@ class Report:
     def classes(self) -> set[str]:
         return {f.cls for f in self.findings}
 
+    device: str = "cpu"
+    timings: list[dict] = field(default_factory=list)  # one per timed (case, dtype): see ``_judge_timing``
+
     def add(self, cls: str, case: str, detail: str) -> None:
         if not any(f.cls == cls and f.case == case for f in self.findings):
             self.findings.append(Finding(cls, case, detail))
@@ -132,6 +154,13 @@ class Report:
             worst = max(rows, key=lambda r: r.err_l2 / r.budget_l2 if r.budget_l2 > 0 else 0.0)
             err, budget = (f"{v:>10.3g}" if not math.isnan(v) else f"{'-':>10}" for v in (worst.err_l2, worst.budget_l2))
             lines.append(f"  {case:<32} {dtype:<9} {sum(r.passed for r in rows):>3}/{len(rows):<3} {err} {budget}")
+        if self.timings:
+            lines.append(f"  {'case (timed)':<32} {'dtype':<9} {'median ms':>10} {'% roof':>7}  "
+                         + "  ".join(f"{'vs ' + b:>16}" for b in BASELINES))
+            for t in self.timings:
+                vs = "  ".join(f"{t['median_ms'] and t['baselines'].get(b, float('nan')) / t['median_ms']:>15.2f}x"
+                               for b in BASELINES)
+                lines.append(f"  {t['case']:<32} {t['dtype']:<9} {t['median_ms']:>10.4f} {t['roof_pct']:>7.1f}  {vs}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -189,24 +218,26 @@ def _isolation() -> tuple[str, tuple[str, ...]]:
     return _ISOLATION[0]
 
 
-def _worker_env(root: str) -> dict:
+def _worker_env(root: str, device: torch.device) -> dict:
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
     import roofkit
 
     env.update(HOME=root, PYTHONPATH=str(Path(roofkit.__file__).resolve().parents[1]), PYTHONNOUSERSITE="1",
                PYTHONDONTWRITEBYTECODE="1")
-    if not torch.cuda.is_available():
+    if device.type != "cuda":
         env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
     return env
 
 
 class _Worker:
     """A started ``_eval_worker`` process (a process group of its own) and the two pipes to it."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, device: torch.device):
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
-        env = _worker_env(root)
+        env = _worker_env(root, device)
         env["ROOFKIT_EVAL_FDS"] = f"{to_r},{from_w}"
         self.log = open(os.path.join(root, "worker.log"), "ab")  # noqa: SIM115 (closed by close())
         self.isolation, prefix = _isolation()
@@ -414,7 +445,7 @@ def _add_findings(report: Report, row: CallRow, where: str, checks, cls_wrong: s
 
 
 def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pristine, history,
-                report: Report) -> None:
+                report: Report, device: torch.device = torch.device("cpu")) -> None:
     where = f"{case.name}[{row.dtype}]"
     if msg.get("status") == "exception":
         report.add("exception", where, str(msg.get("message", ""))[:500])
@@ -424,6 +455,11 @@ def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pris
     typename = str(msg.get("type", ""))
     if not isinstance(out, torch.Tensor) or type(out) is not torch.Tensor:
         report.add("wrong_type", where, f"returned {typename or 'nothing'}, expected a torch.Tensor")
+        row.classes.append("wrong_type")
+        return
+    where_out = str(msg.get("device", out.device))
+    if where_out != str(device):
+        report.add("wrong_type", where, f"returned a tensor on {where_out}, the inputs were on {device}")
         row.classes.append("wrong_type")
         return
     if out.device.type != "cpu" or out.layout != torch.strided:  # nothing to compare (e.g. a meta tensor)
@@ -453,6 +489,8 @@ def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pris
                 row.classes.append("cached")
                 break
         history.append((exp, out))
+    if pristine is None:  # (a timed call: its inputs were checked on the checked calls)
+        return
     # Inputs as the candidate left them, against this process's pristine copies.
     after = list(msg.get("args") or [])
     for pos, a in enumerate(pristine.args):
@@ -476,8 +514,9 @@ def _judge_call(spec, case, dtype, row: CallRow, msg: dict, expected, refs, pris
 class _Judge:
     """Runs candidates one after another through one worker, started again after any anomaly."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, device: torch.device):
         self.root = root
+        self.device = device
         self.worker: _Worker | None = None
         self.count = 0
 
@@ -487,12 +526,12 @@ class _Judge:
             self.worker = None
 
     def run(self, path: Path, spec: OpSpec, keys, seeds: int, timeout_s: float, total_timeout_s: float,
-            backward: bool = False) -> Report:
+            backward: bool = False, timed_keys=(), reps: int = TIMED_REPS, baselines: dict | None = None) -> Report:
         t0 = time.monotonic()
-        report = Report(spec.name, str(path))
+        report = Report(spec.name, str(path), device=str(self.device))
         deadline_total = t0 + total_timeout_s
         if self.worker is None:
-            self.worker = _Worker(self.root)
+            self.worker = _Worker(self.root, self.device)
         w = self.worker
         report.isolation = w.isolation
         self.count += 1
@@ -504,7 +543,8 @@ class _Judge:
         limit_s = START_TIMEOUT_S + timeout_s  # what the answer being waited for may take
         try:
             start_deadline = min(time.monotonic() + limit_s, deadline_total)
-            w.send({"kind": "candidate", "path": str(path), "name": spec.name, "dir": cand_dir}, start_deadline)
+            w.send({"kind": "candidate", "path": str(path), "name": spec.name, "dir": cand_dir,
+                    "device": str(self.device)}, start_deadline)
             hello = w.recv(start_deadline)
             if hello.get("kind") != "hello" or not isinstance(hello.get("pid"), int):
                 raise _Malformed("no hello from the candidate's process")
@@ -573,7 +613,8 @@ class _Judge:
                         clean = w.recv(min(time.monotonic() + timeout_s, deadline_total)).get("kind") == "ended"
                         return report
                     try:
-                        _judge_call(spec, case, dtype, row, msg, expected, refs, pristine, history[k], report)
+                        _judge_call(spec, case, dtype, row, msg, expected, refs, pristine, history[k], report,
+                                    self.device)
                         if "grad" in call and row.status == "ok" and msg.get("grad_status"):
                             _judge_gradients(spec, case, dtype, row, msg, grad_expected, grad_refs, backward, report,
                                              where)
@@ -588,6 +629,16 @@ class _Judge:
                             and "cached" not in row.classes:
                         report.add("stateful", where, f"right on an earlier call, wrong on call {len(report.rows)}")
                         row.classes.append("stateful")
+            for case, dtype in timed_keys:
+                where = f"{case.name}[{_dtype_name(dtype)}] (timed)"
+                limit_s = timeout_s
+                ended = self._time(w, spec, case, dtype, reps, report, passed_once, history, keys,
+                                   min(time.monotonic() + timeout_s, deadline_total), cand_dir, baselines or {})
+                if ended == "exit":  # the candidate's process ends by itself
+                    clean = w.recv(min(time.monotonic() + timeout_s, deadline_total)).get("kind") == "ended"
+                if ended:
+                    clean = clean or ended == "ended"
+                    return report
             w.send({"kind": "done"}, min(time.monotonic() + timeout_s, deadline_total))
             end = w.recv(min(time.monotonic() + timeout_s, deadline_total))
             if end.get("kind") != "ended":
@@ -617,6 +668,122 @@ class _Judge:
         return report
 
 
+    def _time(self, w: "_Worker", spec: OpSpec, case: Case, dtype: torch.dtype, reps: int, report: Report,
+              passed_once: set, history: dict, keys, deadline: float, cand_dir: str, baselines: dict) -> str:
+        """One timed round of (case, dtype): ``reps`` fresh input sets, each output judged as a
+        checked call's, then the timing itself (``_judge_timing``). Returns "" to go on, else how
+        the candidate's process ended ("ended": it exited; "exit": it is exiting)."""
+        where = f"{case.name}[{_dtype_name(dtype)}]"
+        sets, checks = [], []
+        for _ in range(reps):
+            seed = int.from_bytes(os.urandom(8), "big") >> 2
+            inputs = spec.make_inputs(case, dtype, make_generator(seed, "cpu"), torch.device("cpu"))
+            expected, refs = reference_outputs(spec, inputs.map(lambda t: _clone_layout(t.detach())), (), seed)
+            sets.append((list(inputs.args), dict(inputs.kwargs)))
+            checks.append((seed, expected, refs))
+        seq = len(report.rows) + 1
+        sent = time.monotonic()
+        w.send({"kind": "time", "seq": seq, "sets": sets}, deadline)
+        msg = w.recv(deadline)
+        wall_ms = (time.monotonic() - sent) * 1e3
+        if msg.get("kind") == "ended":
+            _exit_finding(report, f"{where} (timed)", msg.get("exitcode", 0), _log_tail(cand_dir))
+            return "ended"
+        if msg.get("kind") != "timed" or msg.get("seq") != seq:
+            raise _Malformed(f"a {msg.get('kind')!r} message (seq {msg.get('seq')!r}) where the timed round {seq} was due")
+        status = str(msg.get("status"))
+        if status != "ok":
+            report.add("exit" if status == "exit" else "exception", f"{where} (timed)", str(msg.get("message", ""))[:500])
+            return "exit" if status == "exit" else ""
+        outs, types, devices = msg.get("outs") or [], msg.get("types") or [], msg.get("devices") or []
+        if not (len(outs) == len(types) == len(devices) == reps):
+            raise _Malformed(f"{len(outs)} timed outputs for {reps} input sets")
+        k = next(i for i, key in enumerate(keys) if key == (case, dtype))
+        for i, (seed, expected, refs) in enumerate(checks):
+            row = CallRow(case.name, _dtype_name(dtype), -1, seed, "ok", False)
+            report.rows.append(row)
+            one = {"out": outs[i], "type": types[i], "device": devices[i] or "", "status": "ok"}
+            try:
+                _judge_call(spec, case, dtype, row, one, expected, refs, None, history[k], report, self.device)
+            except Exception as e:  # noqa: BLE001
+                raise _Malformed(f"a timed output the judge could not check ({type(e).__name__}: {e})"[:300]) from e
+            row.passed = not row.classes
+            if not row.passed and k in passed_once and {"wrong_result", "nan"} & set(row.classes) \
+                    and "cached" not in row.classes:
+                report.add("stateful", where, f"right on the checked calls, wrong on timed call {i + 1} of {reps}")
+                row.classes.append("stateful")
+        try:
+            timing = _judge_timing(spec, case, dtype, msg, wall_ms, report, baselines.get((case.name, dtype), {}))
+        except (TypeError, ValueError) as e:
+            raise _Malformed(f"timing figures the judge could not read ({type(e).__name__}: {e})"[:300]) from e
+        report.timings.append(timing)
+        return ""
+
+
+def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_ms: float, report: Report,
+                  baselines: dict) -> dict:
+    """The timing of one timed round, checked: the figures for the report, findings added."""
+    where = f"{case.name}[{_dtype_name(dtype)}]"
+    times = [float(t) for t in msg["times_ms"]]
+    idles = [float(t) for t in msg["idle_ms"]]
+    base = float(msg["idle_baseline_ms"])
+    if not times or len(idles) != len(times) or not all(math.isfinite(t) and t >= 0 for t in times + idles):
+        raise ValueError(f"{len(times)} times, {len(idles)} idle times, not all finite and >= 0")
+    median = statistics.median(times)
+    late = statistics.median(i - t for t, i in zip(times, idles)) - base
+    if any(msg.get("deferred") or ()):
+        n = sum(bool(d) for d in msg["deferred"])
+        report.add("deferred", where, f"the output changed after the call returned on {n} of {len(times)} timed calls "
+                                      "(work still writing it, unordered with the caller's stream)")
+    if late > max(SIDE_STREAM_MIN_MS, SIDE_STREAM_SHARE * median):
+        report.add("side_stream", where, f"the device stayed busy {late:.4f} ms past the call's end event (median, "
+                                         f"beyond the {base:.4f} ms of a call doing nothing) against {median:.4f} ms "
+                                         "timed: work on another stream")
+    tampered = [str(t) for t in msg.get("tampered") or ()]
+    if tampered:
+        report.add("timer", where, f"the candidate replaced {', '.join(tampered[:6])} in its process: the "
+                                   "figures of its timed calls are not trusted")
+    if sum(times) > wall_ms:
+        report.add("timer", where, f"timed calls adding up to {sum(times):.3f} ms where the judge's clock saw "
+                                   f"{wall_ms:.3f} ms for the whole round")
+    entry = dict(case=case.name, dtype=_dtype_name(dtype), reps=len(times), median_ms=median,
+                 p20_ms=float(np.percentile(times, 20)), p80_ms=float(np.percentile(times, 80)),
+                 idle_late_ms=late, roof_pct=float("nan"), baselines=dict(baselines), method=TIMED_METHOD)
+    ceilings = _ceilings()
+    if ceilings is not None:
+        p = place(spec.cost(case, dtype), median, ceilings, dtype, matrix=spec.matrix)
+        entry.update(roof_pct=p.roof_pct, gbps=p.gbps, tflops=p.tflops)
+        if p.implausible:
+            report.add("implausible", where, f"{median:.4f} ms is faster than the measured roofs allow "
+                                             f"({p.gbps:.0f} GB/s against {p.roof_gbps:.0f}, {p.tflops:.1f} TFLOP/s "
+                                             f"against {p.roof_tflops:.1f}); not reported as a speed")
+    return entry
+
+
+TIMED_METHOD = ("CUDA events per call in the candidate's process, cold L2 (2x L2 overwritten before each call), a "
+                "device-side sleep hiding the launch, fresh inputs per call, warm-up 25 ms")
+
+
+def _ceilings():
+    """This GPU's measured ceilings (``roofkit device --measure``'s cache, measured if missing)."""
+    from .device import load_ceilings
+
+    return load_ceilings()
+
+
+def _baselines(spec: OpSpec, keys, device: torch.device) -> dict:
+    """(case name, dtype) -> {provider: median ms} for ``BASELINES``, timed in this process by
+    ``bench_case`` (bench's method: the numbers ``roofkit bench`` reports)."""
+    from .bench import bench_case
+
+    out = {}
+    ceilings = _ceilings()
+    for case, dtype in keys:
+        records = bench_case(spec, case, dtype, ceilings, providers=list(BASELINES), device=device)
+        out[(case.name, dtype)] = {r.provider: r.median_ms for r in records if r.status == "ok" and r.median_ms}
+    return out
+
+
 # ----------------------------------------------------------------------------- API
 
 
@@ -631,6 +798,10 @@ def evaluate_many(
     dtypes: Iterable[torch.dtype] | None = None,
     hidden: int = HIDDEN_CASES,
     backward: bool = False,
+    device: str | torch.device | None = None,
+    timing: bool | None = None,
+    reps: int = TIMED_REPS,
+    baselines: bool = True,
 ) -> list[Report]:
     """:func:`evaluate` each candidate in turn; one worker process (started once, and again after
     a candidate that broke it) forks a fresh process for each candidate. Candidates that may
@@ -642,15 +813,24 @@ def evaluate_many(
         raise EvaluationError("seeds must be at least 1")
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 0:
         raise EvaluationError(f"hidden must be an integer >= 0, got {hidden!r}")
+    dev = _device(device)
+    timing = dev.type == "cuda" if timing is None else bool(timing)
+    if timing and dev.type != "cuda":
+        raise EvaluationError("timing needs a CUDA device (device='cuda')")
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise EvaluationError(f"reps must be an integer >= 1, got {reps!r}")
+    timed_keys = list(keys) if timing else []
     keys = keys + _hidden(spec, keys, hidden, random.SystemRandom())
     paths = [Path(p) for p in paths]
     for p in paths:
         if not p.is_file():
             raise EvaluationError(f"no candidate file {str(p)!r}")
+    times = _baselines(spec, timed_keys, dev) if timing and baselines else {}
     root = tempfile.mkdtemp(prefix="roofkit-eval-")
-    judge = _Judge(root)
+    judge = _Judge(root, dev)
     try:
-        return [judge.run(p.resolve(), spec, keys, seeds, timeout_s, total_timeout_s, backward) for p in paths]
+        return [judge.run(p.resolve(), spec, keys, seeds, timeout_s, total_timeout_s, backward, timed_keys, reps, times)
+                for p in paths]
     finally:
         judge.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -667,6 +847,10 @@ def evaluate(
     dtypes: Iterable[torch.dtype] | None = None,
     hidden: int = HIDDEN_CASES,
     backward: bool = False,
+    device: str | torch.device | None = None,
+    timing: bool | None = None,
+    reps: int = TIMED_REPS,
+    baselines: bool = True,
 ) -> Report:
     """Judge the function named ``op`` in the file ``path`` against the op's float64 reference.
 
@@ -684,6 +868,12 @@ def evaluate(
         backward: require the op's backward: a candidate whose output carries no autograd graph
             is rejected (``no_gradient``). Without it such a candidate is judged on its forward
             only; one whose output carries a graph has its gradients judged either way.
+        device: where the candidate runs ("cpu": through the Triton interpreter; default "cuda"
+            where a GPU is present); inputs, references and verdicts stay on the CPU here.
+        timing: add a timed round per evaluated case (GPU only; default on a GPU).
+        reps: timed calls per case, each on fresh inputs, each output judged.
+        baselines: also time roofkit's kernel, torch and torch.compile on each timed case here
+            (``bench_case``), for the report's comparison.
     Returns:
         Report; ``accepted`` only if every call passed and nothing was found.
     Raises:
@@ -691,7 +881,25 @@ def evaluate(
             missing function is ``Report.error`` (the candidate could not be run).
     """
     return evaluate_many([path], op, cases=cases, quick=quick, seeds=seeds, timeout_s=timeout_s,
-                         total_timeout_s=total_timeout_s, dtypes=dtypes, hidden=hidden, backward=backward)[0]
+                         total_timeout_s=total_timeout_s, dtypes=dtypes, hidden=hidden, backward=backward,
+                         device=device, timing=timing, reps=reps, baselines=baselines)[0]
+
+
+def _device(device) -> torch.device:
+    """The evaluation's device, made concrete ("cuda" -> "cuda:<current>")."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise EvaluationError(f"unknown device {device!r}") from e
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EvaluationError("device 'cuda' asked for, but no CUDA device is available")
+        return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+    if dev.type != "cpu":
+        raise EvaluationError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    return dev
 
 
 def _spec(op: str) -> OpSpec:
