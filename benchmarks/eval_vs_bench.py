@@ -5,7 +5,7 @@ candidate's own process), then timed here by `harness.timing.time_providers` (be
 cold L2, CUDA events, median) on the same case's inputs. Prints a table; writes
 $OUT/eval_vs_bench.json.
 
-    python benchmarks/eval_vs_bench.py
+    python benchmarks/eval_vs_bench.py     (CASES, DTYPES, REPS, BASELINES=0|1 in the environment)
 """
 import importlib.util
 import json
@@ -21,14 +21,17 @@ from roofkit.harness.inputs import make_generator
 from roofkit.harness.timing import time_providers
 
 CANDIDATE = Path(__file__).resolve().parents[1] / "tests" / "harness" / "eval_zoo" / "honest_triton.py"
-CASES = ["gpu_4000x4000", "gpu_row_32768", "gpu_1823x781", "gpu_row_4096"]
-DTYPES = [torch.float32, torch.bfloat16]
+CASES = os.environ.get("CASES", "gpu_4000x4000 gpu_row_32768 gpu_1823x781 gpu_row_4096").split()
+DTYPES = [getattr(torch, d) for d in os.environ.get("DTYPES", "float32 bfloat16").split()]
+REPS = int(os.environ.get("REPS", "30"))
+BASELINES = os.environ.get("BASELINES", "1") == "1"  # roofkit, torch, torch.compile timed by the judge too
 
 
 def main():
     spec = registry.get("softmax")
     device = torch.device("cuda")
-    rep = evaluate(CANDIDATE, "softmax", cases=CASES, dtypes=DTYPES, seeds=2, hidden=0, reps=30, device="cuda")
+    rep = evaluate(CANDIDATE, "softmax", cases=CASES, dtypes=DTYPES, seeds=2, hidden=0, reps=REPS, device="cuda",
+                   baselines=BASELINES)
     print(rep.summary())
     print(rep.table())
     mod_spec = importlib.util.spec_from_file_location("honest_triton", CANDIDATE)

@@ -158,8 +158,8 @@ class Report:
             lines.append(f"  {'case (timed)':<32} {'dtype':<9} {'median ms':>10} {'% roof':>7}  "
                          + "  ".join(f"{'vs ' + b:>16}" for b in BASELINES))
             for t in self.timings:
-                vs = "  ".join(f"{t['median_ms'] and t['baselines'].get(b, float('nan')) / t['median_ms']:>15.2f}x"
-                               for b in BASELINES)
+                vs = "  ".join(f"{t['baselines'][b] / t['median_ms']:>15.2f}x" if b in t["baselines"] and t["median_ms"]
+                               else f"{'-':>16}" for b in BASELINES)
                 lines.append(f"  {t['case']:<32} {t['dtype']:<9} {t['median_ms']:>10.4f} {t['roof_pct']:>7.1f}  {vs}")
         return "\n".join(lines)
 
