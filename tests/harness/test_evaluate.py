@@ -270,6 +270,32 @@ def test_timing_judgement(monkeypatch, kind, want):
     assert entry["baselines"] == {"torch": 0.06}
 
 
+@pytest.mark.parametrize("broken", [dict(idle_baseline_ms=float("nan")), dict(idle_baseline_ms=1e9),
+                                    dict(times_ms=[]), dict(times_ms=[0.05, float("inf")]), "no idle_ms"])
+def test_timing_figures_the_judge_cannot_believe(monkeypatch, broken):
+    # A candidate that writes its own figures on the channel: each such reply is refused (the
+    # round then ends as a protocol finding), never judged as a speed.
+    monkeypatch.setattr(evaluate_module, "_ceilings", _ceilings_for_test)
+    spec = registry.get("softmax")
+    msg = dict(times_ms=[0.05, 0.05], idle_ms=[0.06, 0.06], idle_baseline_ms=0.01, deferred=[False] * 2, tampered=[])
+    if broken == "no idle_ms":
+        del msg["idle_ms"]
+    else:
+        msg.update(broken)
+    with pytest.raises((KeyError, ValueError)):
+        evaluate_module._judge_timing(spec, spec.case("gpu_4000x4000"), torch.float32, msg, 40.0,
+                                      Report("softmax", "candidate.py"), {})
+
+
+def test_eval_device_and_timing_arguments():
+    rep = evaluate(ZOO / "honest_torch.py", "softmax", cases=["odd_3x7"], dtypes=[torch.float32], hidden=0,
+                   device="cpu:0", timing=False)
+    assert rep.accepted and rep.device == "cpu", rep.summary()
+    for bad in (dict(timing="no"), dict(device="tpu"), dict(device="meta")):
+        with pytest.raises(EvaluationError):
+            evaluate(ZOO / "honest_torch.py", "softmax", cases=["odd_3x7"], **bad)
+
+
 def test_timing_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")

@@ -84,8 +84,10 @@ def _to(obj, device):
         if t.numel() and any(st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape)):  # an expanded view
             idx = tuple(slice(0, 1) if st == 0 else slice(None) for st in t.stride())
             return _to(t[idx].contiguous(), device).expand(t.shape)
-        out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
-        return out.copy_(t)
+        # (the same strides and storage offset: a candidate meets the alignment the case gives)
+        span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+        base = torch.empty(t.storage_offset() + span, dtype=t.dtype, device=device)
+        return base.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(t)
 
 
 def _back(t):
@@ -130,16 +132,20 @@ class _Timer:
             (torch.cuda.Event, ("record", "elapsed_time", "synchronize")),
             (base, ("record", "elapsed_time", "synchronize")),
             (torch.cuda, ("Event", "synchronize", "current_stream", "_sleep")),
-            (torch, ("equal",)), (torch.Tensor, ("clone", "contiguous", "view", "reshape")),
+            (torch, ("equal",)), (torch.Tensor, ("clone", "contiguous", "view", "reshape", "zero_")),
             (time, ("perf_counter", "monotonic"))) for name in names}
         self.flush = L2Flusher(device)
         self.cycles_per_us = _sleep_cycles_per_us(device)
         empty = [self._one(lambda: None, 0)[1:3] for _ in range(21)]
         self.idle_baseline_ms = sorted(i - t for t, i in empty)[len(empty) // 2]
+        self.own = dict(vars(self))  # (its own references too: a candidate could reach this object)
 
     def tampered(self) -> list[str]:
         """The watched names (``module.attribute``) no longer bound to what they were."""
-        return [k for k, (owner, name, obj) in self.watched.items() if getattr(owner, name, None) is not obj]
+        changed = [k for k, (owner, name, obj) in self.watched.items() if getattr(owner, name, None) is not obj]
+        mine = vars(self)
+        changed += [f"the timer's {k}" for k, v in self.own.items() if k != "own" and mine.get(k) is not v]
+        return changed + [f"the timer's {k}" for k in mine if k not in self.own and k != "own"]
 
     def _one(self, call, sleep_cycles):
         s, e, c, idle = (self.Event(enable_timing=True) for _ in range(4))

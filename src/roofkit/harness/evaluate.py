@@ -60,11 +60,13 @@ CLASSES = ("wrong_result", "wrong_gradient", "no_gradient", "nan", "wrong_shape"
            "cached", "stateful", "exception", "exit", "crash", "hang", "protocol",
            "deferred", "side_stream", "implausible", "timer")
 TIMED_REPS = 10  # timed calls per case on a GPU, each on fresh inputs
+TIMED_WARMUP_CALLS = 4  # what a timed round's limit allows for its warm-up, in calls (the worker: 25 ms, 3 at least)
 # side_stream: the device still busy after the call's end event, beyond the idle baseline, by more
 # than this share of the call's own time, and at least SIDE_STREAM_MIN_MS
 SIDE_STREAM_SHARE = 0.25
 SIDE_STREAM_MIN_MS = 0.025
-BASELINES = ("roofkit", "torch", "torch.compile")  # timed here beside the candidate (bench's method)
+BASELINES = ("roofkit", "torch", "torch.compile")
+IDLE_BASELINE_MAX_MS = 5.0  # a do-nothing call's synchronize delay above this is not believed  # timed here beside the candidate (bench's method)
 QUICK_FALLBACK = 3  # cases taken by ``quick`` from a spec that tags none quick
 HIDDEN_CASES = 3  # shapes no case of the op has, judged beside the evaluated cases
 CALL_TIMEOUT_S = 120.0
@@ -631,9 +633,9 @@ class _Judge:
                         row.classes.append("stateful")
             for case, dtype in timed_keys:
                 where = f"{case.name}[{_dtype_name(dtype)}] (timed)"
-                limit_s = timeout_s
+                limit_s = timeout_s * (reps + TIMED_WARMUP_CALLS)  # (a round: warm-up and reps calls)
                 ended = self._time(w, spec, case, dtype, reps, report, passed_once, history, keys,
-                                   min(time.monotonic() + timeout_s, deadline_total), cand_dir, baselines or {})
+                                   min(time.monotonic() + limit_s, deadline_total), cand_dir, baselines or {})
                 if ended == "exit":  # the candidate's process ends by itself
                     clean = w.recv(min(time.monotonic() + timeout_s, deadline_total)).get("kind") == "ended"
                 if ended:
@@ -648,9 +650,12 @@ class _Judge:
             clean = True
         except _Timeout:
             over = time.monotonic() >= deadline_total
+            timed = where.endswith("(timed)")
             report.add("hang", where, f"no answer within {total_timeout_s if over else limit_s:g} s"
-                                      + (" (the whole evaluation's limit)" if over else " (the per-call limit)"))
-            if report.rows:
+                                      + (" (the whole evaluation's limit)" if over else
+                                         " (the timed round's limit: the per-call limit per call)" if timed else
+                                         " (the per-call limit)"))
+            if report.rows and not timed:
                 report.rows[-1].status = "hang"
         except _Closed:
             report.add("crash", where, "the worker process closed the result channel")
@@ -696,8 +701,9 @@ class _Judge:
             report.add("exit" if status == "exit" else "exception", f"{where} (timed)", str(msg.get("message", ""))[:500])
             return "exit" if status == "exit" else ""
         outs, types, devices = msg.get("outs") or [], msg.get("types") or [], msg.get("devices") or []
-        if not (len(outs) == len(types) == len(devices) == reps):
-            raise _Malformed(f"{len(outs)} timed outputs for {reps} input sets")
+        if not all(isinstance(x, (list, tuple)) for x in (outs, types, devices)) \
+                or not len(outs) == len(types) == len(devices) == reps:
+            raise _Malformed(f"timed outputs, types and devices that are not {reps} each")
         k = next(i for i, key in enumerate(keys) if key == (case, dtype))
         for i, (seed, expected, refs) in enumerate(checks):
             row = CallRow(case.name, _dtype_name(dtype), -1, seed, "ok", False)
@@ -714,7 +720,7 @@ class _Judge:
                 row.classes.append("stateful")
         try:
             timing = _judge_timing(spec, case, dtype, msg, wall_ms, report, baselines.get((case.name, dtype), {}))
-        except (TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise _Malformed(f"timing figures the judge could not read ({type(e).__name__}: {e})"[:300]) from e
         report.timings.append(timing)
         return ""
@@ -729,6 +735,8 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
     base = float(msg["idle_baseline_ms"])
     if not times or len(idles) != len(times) or not all(math.isfinite(t) and t >= 0 for t in times + idles):
         raise ValueError(f"{len(times)} times, {len(idles)} idle times, not all finite and >= 0")
+    if not 0 <= base <= IDLE_BASELINE_MAX_MS:  # (NaN fails too)
+        raise ValueError(f"an idle baseline of {base} ms (a synchronize takes microseconds)")
     median = statistics.median(times)
     late = statistics.median(i - t for t, i in zip(times, idles)) - base
     if any(msg.get("deferred") or ()):
@@ -814,10 +822,12 @@ def evaluate_many(
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 0:
         raise EvaluationError(f"hidden must be an integer >= 0, got {hidden!r}")
     dev = _device(device)
-    timing = dev.type == "cuda" if timing is None else bool(timing)
+    if timing is not None and not isinstance(timing, bool):
+        raise EvaluationError(f"timing must be True, False or None, got {timing!r}")
+    timing = dev.type == "cuda" if timing is None else timing
     if timing and dev.type != "cuda":
         raise EvaluationError("timing needs a CUDA device (device='cuda')")
-    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+    if timing and (isinstance(reps, bool) or not isinstance(reps, int) or reps < 1):
         raise EvaluationError(f"reps must be an integer >= 1, got {reps!r}")
     timed_keys = list(keys) if timing else []
     keys = keys + _hidden(spec, keys, hidden, random.SystemRandom())
@@ -896,10 +906,12 @@ def _device(device) -> torch.device:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise EvaluationError("device 'cuda' asked for, but no CUDA device is available")
+        if dev.index is not None and not 0 <= dev.index < torch.cuda.device_count():
+            raise EvaluationError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
         return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
     if dev.type != "cpu":
         raise EvaluationError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    return dev
+    return torch.device("cpu")
 
 
 def _spec(op: str) -> OpSpec:
