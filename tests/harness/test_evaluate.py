@@ -47,6 +47,9 @@ EXPLOITS = {
     "returns_meta": "wrong_type",
     "forges_channel_frame": "protocol",
     "public_shapes_only": "wrong_result",  # caught on the hidden shapes
+    "small_shapes_only": "wrong_result",
+    "patches_comparison": "wrong_result",  # (the judge compares in its own process)
+    "stack_walking": "wrong_result",  # (no expected output in the candidate's process)
     "wrong_backward": "wrong_gradient",  # the right forward, a wrong backward
     "hangs": "hang",  # last: a hang costs the call limit and a fresh worker
 }
