@@ -290,6 +290,26 @@ def test_timing_figures_the_judge_cannot_believe(monkeypatch, broken):
                                       Report("softmax", "candidate.py"), {})
 
 
+def test_kernel_report_names_the_candidates_own_kernels():
+    import importlib.util
+
+    from roofkit.harness._eval_worker import _jit_names
+
+    names = {}
+    for f in ("honest_triton", "honest_torch"):
+        mod_spec = importlib.util.spec_from_file_location(f"zoo_{f}", ZOO / f"{f}.py")
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+        names[f] = _jit_names(module)
+    assert names == {"honest_triton": ["_softmax_fwd_kernel"], "honest_torch": []}
+    msg = dict(kernels=[["_softmax_fwd_kernel", 30.0], ["void at::native::vectorized_elementwise_kernel", 10.0],
+                        ["bad", float("nan")], "garbage"], own_kernels=names["honest_triton"], kernel_note="")
+    got = evaluate_module._kernel_report(msg)
+    assert got["kernels"] == [["_softmax_fwd_kernel", 30.0], ["void at::native::vectorized_elementwise_kernel", 10.0]]
+    assert got["own_kernels"] == ["_softmax_fwd_kernel"] and got["own_kernel_share"] == pytest.approx(0.75)
+    assert evaluate_module._kernel_report(dict(msg, own_kernels=[]))["own_kernel_share"] == 0.0
+
+
 def test_eval_device_and_timing_arguments():
     rep = evaluate(ZOO / "honest_torch.py", "softmax", cases=["odd_3x7"], dtypes=[torch.float32], hidden=0,
                    device="cpu:0", timing=False)
@@ -330,6 +350,8 @@ def test_eval_times_honest_candidates_on_the_gpu(gpu_reports, name):
     (t,) = rep.timings
     assert t["reps"] == 5 and 0 < t["median_ms"] < 10 and 0 < t["roof_pct"] <= 105
     assert {"roofkit", "torch"} <= set(t["baselines"])
+    assert t["kernels"], t["kernel_note"]  # (what ran, by the profiler)
+    assert t["own_kernel_share"] == (pytest.approx(1.0, abs=0.2) if name == "honest_triton" else 0.0)
 
 
 @pytest.mark.gpu

@@ -229,11 +229,12 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
                     "message": f"{msg['path']} defines no function named {msg['name']!r}"})
         return 0
     _send(wfd, {"kind": "import", "status": "ok"})
+    own = _jit_names(module)
 
     while True:
         msg = _recv(rfd)
         if msg is not None and msg["kind"] == "time" and timer is not None:
-            reply = _timed(fn, msg, device, timer)
+            reply = _timed(fn, msg, device, timer, own)
             _send(wfd, reply)
             if reply["status"] == "exit":
                 return 0
@@ -289,7 +290,42 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
             return 0
 
 
-def _timed(fn, msg: dict, device, timer: _Timer) -> dict:
+def _jit_names(module) -> list[str]:
+    """The names of the Triton kernels a candidate module defines (``@triton.jit`` functions, also
+    under ``triton.autotune`` / ``triton.heuristics``): what its own kernels are called."""
+    names = []
+    for obj in list(vars(module).values()):
+        try:
+            inner, depth = obj, 0
+            while hasattr(inner, "fn") and depth < 4:  # Autotuner / Heuristics -> JITFunction -> function
+                inner, depth = inner.fn, depth + 1
+            if depth and callable(inner) and isinstance(getattr(inner, "__name__", None), str):
+                names.append(inner.__name__)
+        except Exception:  # noqa: BLE001, S112 (an object that will not say: not a kernel of ours to name)
+            continue
+    return sorted(set(names))
+
+
+def _kernels_of(fn, args, kwargs) -> tuple[list, str]:
+    """([kernel name, device microseconds] of one call of ``fn``, by torch.profiler, the longest
+    first), or ([], why not)."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn(*args, **kwargs)
+            torch.cuda.synchronize()
+        times: dict = {}
+        for e in prof.events():
+            if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA:
+                times[e.name] = times.get(e.name, 0.0) + float(e.device_time_total)
+        return sorted(([k, v] for k, v in times.items()), key=lambda kv: -kv[1])[:16], ""
+    except Exception as e:  # noqa: BLE001 (the kernel list is information; the timing stands without it)
+        return [], _describe(e)
+
+
+def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
     """The answer to a ``time`` message: the candidate timed on each of its input sets
     (``_Timer.run``), with every output (on the CPU) for the judge to check."""
     import torch
@@ -298,7 +334,7 @@ def _timed(fn, msg: dict, device, timer: _Timer) -> dict:
             for args, kwargs in msg["sets"]]
     reply = {"kind": "timed", "seq": msg["seq"], "status": "ok", "message": "", "times_ms": [], "idle_ms": [],
              "deferred": [], "outs": [], "types": [], "devices": [], "idle_baseline_ms": timer.idle_baseline_ms,
-             "tampered": []}
+             "tampered": [], "kernels": [], "kernel_note": "", "own_kernels": own}
     try:
         outs, times, idles, deferred = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
         reply.update(times_ms=[float(t) for t in times], idle_ms=[float(t) for t in idles],
@@ -308,6 +344,7 @@ def _timed(fn, msg: dict, device, timer: _Timer) -> dict:
             tensor = isinstance(out, torch.Tensor)
             reply["devices"].append(str(out.device) if tensor else "")
             reply["outs"].append(_back(out) if tensor and out.layout == torch.strided else None)
+        reply["kernels"], reply["kernel_note"] = _kernels_of(fn, *sets[0])
     except SystemExit as e:
         reply.update(status="exit", message=f"sys.exit({e.code!r})")
     except BaseException as e:  # noqa: BLE001 (whatever the candidate raises is reported)

@@ -144,7 +144,13 @@ class Report:
                  "asked for them" if asked else "")
         head = (f"{self.candidate} as {self.op}: {verdict} ({len(self.rows)} calls{grads}, {self.elapsed_s:.1f} s; "
                 f"isolation: {self.isolation or 'none'})")
-        return "\n".join([head] + [f"  {f.cls}: {f.case}: {f.detail}" for f in self.findings])
+        lines = [head] + [f"  {f.cls}: {f.case}: {f.detail}" for f in self.findings]
+        for t in self.timings:
+            ran = ", ".join(f"{k[:48]} {us:.1f} us" for k, us in t.get("kernels", [])[:4]) or t.get("kernel_note", "")
+            share = t.get("own_kernel_share", float("nan"))
+            own = (f"{100 * share:.0f} % in the candidate's own kernels" if share == share else "no kernel time seen")
+            lines.append(f"  kernels of {t['case']}[{t['dtype']}]: {own}; {ran}")
+        return "\n".join(lines)
 
     def table(self) -> str:
         """One line per (case, dtype): calls passed, and the worst relative-L2 error against its budget."""
@@ -756,7 +762,8 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
                                    f"{wall_ms:.3f} ms for the whole round")
     entry = dict(case=case.name, dtype=_dtype_name(dtype), reps=len(times), median_ms=median,
                  p20_ms=float(np.percentile(times, 20)), p80_ms=float(np.percentile(times, 80)),
-                 idle_late_ms=late, roof_pct=float("nan"), baselines=dict(baselines), method=TIMED_METHOD)
+                 idle_late_ms=late, roof_pct=float("nan"), baselines=dict(baselines), method=TIMED_METHOD,
+                 **_kernel_report(msg))
     ceilings = _ceilings()
     if ceilings is not None:
         p = place(spec.cost(case, dtype), median, ceilings, dtype, matrix=spec.matrix)
@@ -766,6 +773,21 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
                                              f"({p.gbps:.0f} GB/s against {p.roof_gbps:.0f}, {p.tflops:.1f} TFLOP/s "
                                              f"against {p.roof_tflops:.1f}); not reported as a speed")
     return entry
+
+
+def _kernel_report(msg: dict) -> dict:
+    """What ran on the device in one profiled call (information, not a verdict): the kernels and
+    their microseconds, the candidate's own Triton kernels among them and their share of the
+    time (0 for a candidate that calls library code, such as torch's own op)."""
+    kernels = [[str(k[0])[:200], float(k[1])] for k in (msg.get("kernels") or ())[:16]
+               if isinstance(k, (list, tuple)) and len(k) == 2 and isinstance(k[1], (int, float))
+               and math.isfinite(k[1]) and k[1] >= 0]
+    own_names = {str(n) for n in (msg.get("own_kernels") or ())[:256]}
+    total = sum(us for _, us in kernels)
+    own = [k for k, _ in kernels if k in own_names]
+    share = sum(us for k, us in kernels if k in own_names) / total if total > 0 else float("nan")
+    return dict(kernels=kernels, own_kernels=own, own_kernel_share=share,
+                kernel_note=str(msg.get("kernel_note") or "")[:300])
 
 
 TIMED_METHOD = ("CUDA events per call in the candidate's process, cold L2 (2x L2 overwritten before each call), a "
