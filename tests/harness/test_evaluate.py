@@ -328,6 +328,22 @@ def test_timing_needs_a_gpu():
         evaluate(ZOO / "honest_torch.py", "softmax", cases=["odd_3x7"], device="cuda")
 
 
+@pytest.mark.gpu
+def test_eval_zoo_on_the_gpu():
+    # The whole correctness zoo with the candidates' calls on the GPU (correctness only): each
+    # exploit rejected with its class, the honest candidates accepted, the broken ones not run.
+    names = HONEST + list(BROKEN) + list(EXPLOITS)
+    reports = evaluate_many([ZOO / f"{n}.py" for n in names], "softmax", cases=CASES, seeds=2, timeout_s=30.0,
+                            dtypes=[torch.float32], device="cuda", timing=False)
+    got = dict(zip(names, reports))
+    wrong = [f"{n}: {got[n].summary()}" for n in HONEST if not got[n].accepted]
+    wrong += [f"{n}: {got[n].summary()}" for n, cls in EXPLOITS.items()
+              if got[n].error is not None or got[n].accepted or cls not in got[n].classes]
+    wrong += [f"{n}: {got[n].error}" for n, why in BROKEN.items() if why not in (got[n].error or "")]
+    assert not wrong, "\n".join(wrong)
+    assert all(r.device.startswith("cuda") for r in reports)
+
+
 GPU_EXPLOITS = {"side_stream": {"side_stream"}, "patched_timer": {"timer"},
                 "garbage_when_timed": {"stateful", "cached"}}
 
