@@ -379,7 +379,7 @@ def _forward_by_positions(original, packed_forward, plain_forward):
     alone, which torch.compile traces (and guards) without reading a tensor."""
     if original in _CHOOSERS:
         return _CHOOSERS[original]
-    params = [p for p in inspect.signature(original).parameters.values()][1:]  # (without self)
+    params = list(inspect.signature(original).parameters.values())[1:]  # (without self)
     index = next((i for i, p in enumerate(params) if p.name == "position_ids"
                   and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), None)
 

@@ -114,7 +114,7 @@ class _Timer:
 
         import torch
 
-        from roofkit.harness.timing import L2Flusher, _sleep_cycles_per_us
+        from roofkit.harness.timing import L2Flusher, _cover_cycles, _sleep_cycles_per_us
 
         self.device = device
         self.torch = torch
@@ -136,6 +136,7 @@ class _Timer:
             (time, ("perf_counter", "monotonic"))) for name in names}
         self.flush = L2Flusher(device)
         self.cycles_per_us = _sleep_cycles_per_us(device)
+        self.cover = _cover_cycles
         empty = [self._one(lambda: None, 0)[1:3] for _ in range(21)]
         self.idle_baseline_ms = sorted(i - t for t, i in empty)[len(empty) // 2]
         self.own = dict(vars(self))  # (its own references too: a candidate could reach this object)
@@ -182,8 +183,7 @@ class _Timer:
             host.append(self.perf() - h)
             self.sync(self.device)
             n += 1
-        host_us = sorted(host)[len(host) // 2] * 1e6
-        cycles = int(self.cycles_per_us * (2.0 * host_us + 20.0))
+        cycles = self.cover(self.cycles_per_us, host)  # (as bench sizes it)
         outs, times, idles, deferred = [], [], [], []
         for args, kwargs in sets:
             out, t, idle, early = self._one(lambda a=args, k=kwargs: fn(*a, **k), cycles)

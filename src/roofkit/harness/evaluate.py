@@ -47,13 +47,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from . import registry
 from .inputs import make_generator
 from .roofline import place
 from .spec import Case, OpSpec
+from .timing import summarize
 from .verify import _bitwise_equal, _clone_layout, _grad_outputs, check_outputs, reference_outputs, select_cases
 
 CLASSES = ("wrong_result", "wrong_gradient", "no_gradient", "nan", "wrong_shape", "wrong_dtype", "wrong_type", "tensor_subclass", "input_mutation",
@@ -65,8 +65,8 @@ TIMED_WARMUP_CALLS = 4  # what a timed round's limit allows for its warm-up, in 
 # than this share of the call's own time, and at least SIDE_STREAM_MIN_MS
 SIDE_STREAM_SHARE = 0.25
 SIDE_STREAM_MIN_MS = 0.025
-BASELINES = ("roofkit", "torch", "torch.compile")
-IDLE_BASELINE_MAX_MS = 5.0  # a do-nothing call's synchronize delay above this is not believed  # timed here beside the candidate (bench's method)
+BASELINES = ("roofkit", "torch", "torch.compile")  # timed here beside the candidate (bench's method)
+IDLE_BASELINE_MAX_MS = 5.0  # a do-nothing call's synchronize delay above this is not believed
 QUICK_FALLBACK = 3  # cases taken by ``quick`` from a spec that tags none quick
 HIDDEN_CASES = 3  # shapes no case of the op has, judged beside the evaluated cases
 CALL_TIMEOUT_S = 120.0
@@ -148,7 +148,7 @@ class Report:
         for t in self.timings:
             ran = ", ".join(f"{k[:48]} {us:.1f} us" for k, us in t.get("kernels", [])[:4]) or t.get("kernel_note", "")
             share = t.get("own_kernel_share", float("nan"))
-            own = (f"{100 * share:.0f} % in the candidate's own kernels" if share == share else "no kernel time seen")
+            own = (f"{100 * share:.0f} % in the candidate's own kernels" if not math.isnan(share) else "no kernel time seen")
             lines.append(f"  kernels of {t['case']}[{t['dtype']}]: {own}; {ran}")
         return "\n".join(lines)
 
@@ -743,7 +743,8 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
         raise ValueError(f"{len(times)} times, {len(idles)} idle times, not all finite and >= 0")
     if not 0 <= base <= IDLE_BASELINE_MAX_MS:  # (NaN fails too)
         raise ValueError(f"an idle baseline of {base} ms (a synchronize takes microseconds)")
-    median = statistics.median(times)
+    summary = summarize(times, TIMED_METHOD)
+    median = summary.median_ms
     late = statistics.median(i - t for t, i in zip(times, idles)) - base
     if any(msg.get("deferred") or ()):
         n = sum(bool(d) for d in msg["deferred"])
@@ -760,10 +761,9 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
     if sum(times) > wall_ms:
         report.add("timer", where, f"timed calls adding up to {sum(times):.3f} ms where the judge's clock saw "
                                    f"{wall_ms:.3f} ms for the whole round")
-    entry = dict(case=case.name, dtype=_dtype_name(dtype), reps=len(times), median_ms=median,
-                 p20_ms=float(np.percentile(times, 20)), p80_ms=float(np.percentile(times, 80)),
-                 idle_late_ms=late, roof_pct=float("nan"), baselines=dict(baselines), method=TIMED_METHOD,
-                 **_kernel_report(msg))
+    entry = dict(case=case.name, dtype=_dtype_name(dtype), reps=summary.reps, median_ms=median,
+                 p20_ms=summary.p20_ms, p80_ms=summary.p80_ms, idle_late_ms=late, roof_pct=float("nan"),
+                 baselines=dict(baselines), method=summary.method, **_kernel_report(msg))
     ceilings = _ceilings()
     if ceilings is not None:
         p = place(spec.cost(case, dtype), median, ceilings, dtype, matrix=spec.matrix)

@@ -46,6 +46,13 @@ def _sleep_cycles_per_us(device: torch.device) -> float:
     return _CYCLES_PER_US[key]
 
 
+def _cover_cycles(cycles_per_us: float, host_s) -> int:
+    """Cycles of the device-side sleep put before a timed call so that its launch is never device
+    time: twice the call's median host enqueue time (``host_s``, seconds) plus 20 us."""
+    host_us = sorted(host_s)[len(host_s) // 2] * 1e6
+    return int(cycles_per_us * (2.0 * host_us + 20.0))
+
+
 @dataclass
 class Timing:
     """Distribution of one provider's per-call device time."""
@@ -197,8 +204,7 @@ def time_providers(
             calls[name]()
             host.append(time.perf_counter() - t0)
             torch.cuda.synchronize(device)
-        host_us = sorted(host)[len(host) // 2] * 1e6
-        sleep_cycles[name] = int(cycles_per_us * (2.0 * host_us + 20.0))
+        sleep_cycles[name] = _cover_cycles(cycles_per_us, host)
 
     reps = {n: int(min(max_reps, max(min_reps, rep_ms / est_ms[n]))) for n in names}
     rounds = max(reps.values())
