@@ -51,6 +51,7 @@ EXPLOITS = {
     "patches_comparison": "wrong_result",  # (the judge compares in its own process)
     "stack_walking": "wrong_result",  # (no expected output in the candidate's process)
     "wrong_backward": "wrong_gradient",  # the right forward, a wrong backward
+    "reuses_freed_memory": "wrong_result",
     "hangs": "hang",  # last: a hang costs the call limit and a fresh worker
 }
 HONEST = ["honest_torch", "honest_triton"]
@@ -244,6 +245,9 @@ def _ceilings_for_test():
     ("output_changed_after_return", {"deferred"}),
     ("times_beyond_the_judges_clock", {"timer"}),
     ("timer_replaced", {"timer"}),
+    ("l2_set_aside_for_persisting_lines", {"persisting_l2"}),
+    ("timed_kernels_never_checked", {"kernel_switch"}),
+    ("checked_kernels_beyond_the_timed", set()),
 ])
 def test_timing_judgement(monkeypatch, kind, want):
     # The judge's checks of a timed round's figures (what the candidate's process reports):
@@ -253,7 +257,8 @@ def test_timing_judgement(monkeypatch, kind, want):
     case = spec.case("gpu_4000x4000")
     times = [0.050, 0.051, 0.049, 0.052, 0.050]
     msg = dict(times_ms=times, idle_ms=[t + 0.012 for t in times], idle_baseline_ms=0.010, deferred=[False] * 5,
-               tampered=[])
+               tampered=[], persisting_l2=[0] * 5, kernels=[["_softmax_fwd_kernel", 48.0]])
+    checked = ["_softmax_fwd_kernel", "void at::native::vectorized_elementwise_kernel<FillFunctor>"]
     wall_ms = 40.0
     if kind == "faster_than_the_roofs":
         msg.update(times_ms=[0.02] * 5, idle_ms=[0.032] * 5)
@@ -265,8 +270,14 @@ def test_timing_judgement(monkeypatch, kind, want):
         wall_ms = 0.2
     elif kind == "timer_replaced":
         msg["tampered"] = ["Event.elapsed_time"]
+    elif kind == "l2_set_aside_for_persisting_lines":
+        msg["persisting_l2"] = [0, 0, 1 << 20, 1 << 20, 1 << 20]
+    elif kind == "timed_kernels_never_checked":
+        msg["kernels"] = [["void at::native::cunn_SoftMaxForward<4, float>", 45.0]]
+    elif kind == "checked_kernels_beyond_the_timed":  # (the checked call also fills poisoned allocations)
+        checked = checked + ["void at::native::vectorized_elementwise_kernel<CopyFunctor>"]
     rep = Report("softmax", "candidate.py")
-    entry = evaluate_module._judge_timing(spec, case, torch.float32, msg, wall_ms, rep, {"torch": 0.06})
+    entry = evaluate_module._judge_timing(spec, case, torch.float32, msg, wall_ms, rep, {"torch": 0.06}, checked)
     assert rep.classes == want, rep.summary()
     assert entry["reps"] == 5 and entry["median_ms"] == pytest.approx(statistics.median(msg["times_ms"]))
     assert entry["roof_pct"] == pytest.approx(100 * 0.032 / entry["median_ms"], rel=1e-3)
@@ -345,7 +356,9 @@ def test_eval_zoo_on_the_gpu():
 
 
 GPU_EXPLOITS = {"side_stream": {"side_stream"}, "patched_timer": {"timer"},
-                "garbage_when_timed": {"stateful", "cached"}}
+                "garbage_when_timed": {"stateful", "cached"},
+                "persisting_l2": {"persisting_l2"}, "torch_when_timed": {"kernel_switch"},
+                "deferred": {"deferred"}, "cached_by_address": {"cached"}}
 
 
 @pytest.fixture(scope="module")

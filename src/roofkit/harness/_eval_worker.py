@@ -97,6 +97,39 @@ def _back(t):
     return t.cpu() if t.device.type == "cuda" else t
 
 
+_CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit (cuda.h)
+
+
+def _persisting_l2_controls():
+    """(read, clear) of the current context's persisting-L2 set-aside through the CUDA driver API
+    (``cuCtxGetLimit`` / ``cuCtxSetLimit`` / ``cuCtxResetPersistingL2Cache``): ``read()`` gives the
+    bytes set aside (a stream's access-policy window keeps lines there, out of reach of an L2
+    flush), ``clear()`` sets it to none and returns persisting lines to normal. None where the
+    driver or the device does not offer it."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        get, put, reset = cuda.cuCtxGetLimit, cuda.cuCtxSetLimit, cuda.cuCtxResetPersistingL2Cache
+    except (OSError, AttributeError):
+        return None
+    get.argtypes, put.argtypes, reset.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int], \
+        [ctypes.c_int, ctypes.c_size_t], []
+    value, limit = ctypes.c_size_t(), _CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+
+    def read() -> int:
+        return int(value.value) if get(ctypes.byref(value), limit) == 0 else -1
+
+    def clear() -> None:
+        put(limit, 0)
+        reset()
+
+    if read() < 0:
+        return None
+    clear()
+    return read, clear
+
+
 class _Timer:
     """Times calls as ``roofkit bench`` does (harness/timing.py): before each, the L2 overwritten
     (twice its size, read from the device) and a device-side sleep sized from the call's host
@@ -104,7 +137,9 @@ class _Timer:
     of the output taken on the stream right after it returns, compared with the output once the
     whole device is idle (work still writing it: ``deferred``), and an event recorded after a
     device-wide synchronize (work on other streams ends before it: ``idle_ms``, the call's time
-    plus what the device did after that copy). Everything it
+    plus what the device did after that copy), and the persisting-L2 set-aside read before the
+    flush and after the call, and cleared (lines a candidate pins there would survive the flush:
+    ``persisting_l2``). Everything it
     uses is bound here, before the candidate is imported (a candidate that replaces torch's
     functions later does not reach these references), and the idle delay of a call that does
     nothing is measured first, as the baseline of the judge's side-stream check."""
@@ -137,6 +172,11 @@ class _Timer:
         self.flush = L2Flusher(device)
         self.cycles_per_us = _sleep_cycles_per_us(device)
         self.cover = _cover_cycles
+        self.l2 = _persisting_l2_controls()
+        from torch.profiler import ProfilerActivity, profile
+
+        self.profile, self.cuda_activity = profile, ProfilerActivity.CUDA
+        self.cuda_type = torch.autograd.DeviceType.CUDA
         empty = [self._one(lambda: None, 0)[1:3] for _ in range(21)]
         self.idle_baseline_ms = sorted(i - t for t, i in empty)[len(empty) // 2]
         self.own = dict(vars(self))  # (its own references too: a candidate could reach this object)
@@ -148,14 +188,29 @@ class _Timer:
         changed += [f"the timer's {k}" for k, v in self.own.items() if k != "own" and mine.get(k) is not v]
         return changed + [f"the timer's {k}" for k in mine if k not in self.own and k != "own"]
 
-    def _one(self, call, sleep_cycles):
+    def _held_l2(self) -> int:
+        """The bytes of persisting L2 set aside now (0 where it cannot be read), cleared."""
+        if self.l2 is None:
+            return 0
+        held = self.l2[0]()
+        if held:
+            self.l2[1]()
+        return max(held, 0)
+
+    def _one(self, call, sleep_cycles, prof=None):
         s, e, c, idle = (self.Event(enable_timing=True) for _ in range(4))
         stream = self.stream(self.device)
+        held = self._held_l2()
+        if prof is not None:  # (the same frames as every timed call: a call cannot tell it is profiled by them)
+            prof.start()
         self.flush()
         self.sleep(sleep_cycles)
         self.record(s, stream)
         out = call()
         self.record(e, stream)
+        if prof is not None:
+            self.sync(self.device)
+            prof.stop()
         early = out.detach().clone() if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided \
             else None
         self.record(c, stream)
@@ -164,7 +219,40 @@ class _Timer:
         self.sync(self.device)
         t = self.elapsed(s, e)
         # (the device's busy time past the copy's end: the copy itself is not the call's)
-        return out, t, t + self.elapsed(c, idle), early
+        return out, t, t + self.elapsed(c, idle), early, max(held, self._held_l2())
+
+    def kernels(self, call, sleep_cycles) -> dict:
+        """{kernel name: device microseconds} of one call timed as the others are, by
+        torch.profiler, without what the timer itself runs (L2 flush, sleep)."""
+        runs = []
+        for fn in (lambda: None, call):
+            prof = self.profile(activities=[self.cuda_activity])
+            self._one(fn, sleep_cycles, prof)
+            times: dict = {}
+            for ev in prof.events():
+                if getattr(ev, "device_type", None) == self.cuda_type:
+                    times[ev.name] = times.get(ev.name, 0.0) + float(ev.device_time_total)
+            runs.append(times)
+        return {k: us for k, us in runs[1].items() if k not in runs[0]}
+
+    def _refill(self, into: list, values: list) -> list:
+        """``values`` with each tensor copied into the tensor at its position in ``into`` where both
+        have one shape, dtype and layout and ``into``'s elements do not overlap; else as given."""
+        torch = self.torch
+        out = []
+        for dst, src in zip(into, values):
+            if isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor) and dst is not src \
+                    and (dst.shape, dst.stride(), dst.dtype, dst.device) == (src.shape, src.stride(), src.dtype, src.device) \
+                    and not any(st == 0 and n > 1 for st, n in zip(dst.stride(), dst.shape)):
+                try:
+                    with torch.no_grad():
+                        dst.copy_(src)
+                    out.append(dst)
+                except RuntimeError:  # (elements that overlap: the set's own tensor)
+                    out.append(src)
+            else:
+                out.append(src)
+        return out + list(values[len(out):])
 
     def _same_bits(self, a, b) -> bool:
         if a.shape != b.shape or a.dtype != b.dtype:
@@ -172,9 +260,10 @@ class _Timer:
         return self.equal(a.contiguous().reshape(-1).view(self.uint8), b.contiguous().reshape(-1).view(self.uint8))
 
     def run(self, fn, sets, warmup_ms: float):
-        """(outputs, device ms per call, ms until the device was idle, deferred flags) of one
-        call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on the
-        first set for ``warmup_ms`` (three at least) that size the sleep."""
+        """(outputs, device ms per call, ms until the device was idle, deferred flags, persisting-L2
+        bytes found, sleep cycles) of one call of ``fn`` on each of ``sets`` ((args, kwargs) on
+        the device), after calls on the first set for ``warmup_ms`` (three at least) that size the
+        sleep."""
         args0, kwargs0 = sets[0]
         n, t0, host = 0, self.perf(), []
         while n < 3 or (self.perf() - t0) * 1e3 < warmup_ms:
@@ -184,14 +273,20 @@ class _Timer:
             self.sync(self.device)
             n += 1
         cycles = self.cover(self.cycles_per_us, host)  # (as bench sizes it)
-        outs, times, idles, deferred = [], [], [], []
+        outs, times, idles, deferred, held = [], [], [], [], []
         for args, kwargs in sets:
-            out, t, idle, early = self._one(lambda a=args, k=kwargs: fn(*a, **k), cycles)
+            # (fresh values in the first set's tensors where the layouts allow: the same objects at
+            # the same addresses on every call, as a harness reusing its buffers would pass them,
+            # so a cache keyed by identity answers with a stale output and is caught)
+            args, kwargs = self._refill(args0, args), dict(zip(kwargs, self._refill(
+                [kwargs0.get(k) for k in kwargs], list(kwargs.values()))))
+            out, t, idle, early, l2 = self._one(lambda a=args, k=kwargs: fn(*a, **k), cycles)
             outs.append(out)
             times.append(t)
             idles.append(idle)
             deferred.append(early is not None and not self._same_bits(early, out))
-        return outs, times, idles, deferred
+            held.append(l2)
+        return outs, times, idles, deferred, held, cycles
 
 
 def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
@@ -255,7 +350,10 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
                  "grad_status": "", "grads": []}
         try:
             with poisoned_allocations():
-                out = fn(*args, **kwargs)
+                if msg.get("profile") and device.type == "cuda":
+                    out, reply["kernels"] = _profiled_call(fn, args, kwargs)
+                else:
+                    out = fn(*args, **kwargs)
             reply["type"] = f"{type(out).__module__}.{type(out).__qualname__}"
             if isinstance(out, torch.Tensor):
                 reply["device"] = str(out.device)
@@ -306,23 +404,16 @@ def _jit_names(module) -> list[str]:
     return sorted(set(names))
 
 
-def _kernels_of(fn, args, kwargs) -> tuple[list, str]:
-    """([kernel name, device microseconds] of one call of ``fn``, by torch.profiler, the longest
-    first), or ([], why not)."""
-    try:
-        import torch
-        from torch.profiler import ProfilerActivity, profile
+def _profiled_call(fn, args, kwargs):
+    """(output, the names of the kernels one call of ``fn`` ran, by torch.profiler) on a GPU."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn(*args, **kwargs)
-            torch.cuda.synchronize()
-        times: dict = {}
-        for e in prof.events():
-            if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA:
-                times[e.name] = times.get(e.name, 0.0) + float(e.device_time_total)
-        return sorted(([k, v] for k, v in times.items()), key=lambda kv: -kv[1])[:16], ""
-    except Exception as e:  # noqa: BLE001 (the kernel list is information; the timing stands without it)
-        return [], _describe(e)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = fn(*args, **kwargs)
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA}
+    return out, sorted(names)
 
 
 def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
@@ -334,17 +425,23 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
             for args, kwargs in msg["sets"]]
     reply = {"kind": "timed", "seq": msg["seq"], "status": "ok", "message": "", "times_ms": [], "idle_ms": [],
              "deferred": [], "outs": [], "types": [], "devices": [], "idle_baseline_ms": timer.idle_baseline_ms,
-             "tampered": [], "kernels": [], "kernel_note": "", "own_kernels": own}
+             "tampered": [], "kernels": [], "kernel_note": "", "own_kernels": own, "persisting_l2": []}
     try:
-        outs, times, idles, deferred = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
+        outs, times, idles, deferred, held, cycles = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
         reply.update(times_ms=[float(t) for t in times], idle_ms=[float(t) for t in idles],
-                     deferred=[bool(d) for d in deferred], tampered=timer.tampered())
+                     deferred=[bool(d) for d in deferred], persisting_l2=[int(b) for b in held])
         for out in outs:
             reply["types"].append(f"{type(out).__module__}.{type(out).__qualname__}")
             tensor = isinstance(out, torch.Tensor)
             reply["devices"].append(str(out.device) if tensor else "")
             reply["outs"].append(_back(out) if tensor and out.layout == torch.strided else None)
-        reply["kernels"], reply["kernel_note"] = _kernels_of(fn, *sets[0])
+        args0, kwargs0 = sets[0]
+        try:  # (one more call, timed as the others, profiled: its time is not reported)
+            ran = timer.kernels(lambda: fn(*args0, **kwargs0), cycles)
+            reply["kernels"] = sorted(([k, v] for k, v in ran.items()), key=lambda kv: -kv[1])[:64]
+        except Exception as e:  # noqa: BLE001 (the profiler's own failure: the timing stands without it)
+            reply["kernel_note"] = _describe(e)
+        reply["tampered"] = timer.tampered()
     except SystemExit as e:
         reply.update(status="exit", message=f"sys.exit({e.code!r})")
     except BaseException as e:  # noqa: BLE001 (whatever the candidate raises is reported)

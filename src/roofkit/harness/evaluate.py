@@ -24,9 +24,12 @@ inputs each, timed in the candidate's process as ``roofkit bench`` times (cold L
 ``_eval_worker._Timer``), every output judged as a checked call's, and the timing judged here:
 ``deferred`` (the output still changed after the call returned), ``side_stream`` (work went on
 after the call's end event, on another stream), ``implausible`` (faster than the measured roofs
-allow), ``timer`` (times that add up to more than the judge's own clock saw). The report gives
-each case's time beside torch's, torch.compile's and roofkit's own, timed here by ``bench_case``
-(docs/eval.md).
+allow), ``timer`` (times that add up to more than the judge's own clock saw, or timing functions
+replaced), ``persisting_l2`` (L2 set aside for persisting lines, which outlive the flush between
+calls; cleared before every timed call), ``kernel_switch`` (a profiled timed call ran kernels a
+profiled checked call of the same case did not: the timed code is not the checked code). The
+report gives each case's time beside torch's, torch.compile's and roofkit's own, timed here by
+``bench_case``, and the kernels of the profiled timed call (docs/eval.md).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from .verify import _bitwise_equal, _clone_layout, _grad_outputs, check_outputs,
 
 CLASSES = ("wrong_result", "wrong_gradient", "no_gradient", "nan", "wrong_shape", "wrong_dtype", "wrong_type", "tensor_subclass", "input_mutation",
            "cached", "stateful", "exception", "exit", "crash", "hang", "protocol",
-           "deferred", "side_stream", "implausible", "timer")
+           "deferred", "side_stream", "implausible", "timer", "persisting_l2", "kernel_switch")
 TIMED_REPS = 10  # timed calls per case on a GPU, each on fresh inputs
 TIMED_WARMUP_CALLS = 4  # what a timed round's limit allows for its warm-up, in calls (the worker: 25 ms, 3 at least)
 # side_stream: the device still busy after the call's end event, beyond the idle baseline, by more
@@ -576,8 +579,12 @@ class _Judge:
             rng = random.SystemRandom()
             history = {k: [] for k in range(len(keys))}
             passed_once = set()
-            for rnd in range(seeds):
-                order = list(range(len(keys)))
+            checked_kernels: dict = {}  # key -> the kernels a profiled checked call ran (timed keys)
+            timed_ks = [i for i, key in enumerate(keys) if key in list(timed_keys)]
+            # (a last round on the timed keys alone: one checked call each, profiled, without gradients)
+            for rnd in range(seeds + bool(timed_ks)):
+                profiling = rnd == seeds
+                order = list(timed_ks) if profiling else list(range(len(keys)))
                 rng.shuffle(order)
                 for k in order:
                     case, dtype = keys[k]
@@ -595,7 +602,9 @@ class _Judge:
                     refs = [x for x in refs if not x[0].startswith("grad[")]
                     call = {"kind": "call", "seq": len(report.rows) + 1, "args": list(inputs.args),
                             "kwargs": dict(inputs.kwargs)}
-                    if grad_pos and len(expected) == 1:  # (one output: the grad_output verify draws for it)
+                    if profiling:
+                        call["profile"] = True
+                    elif grad_pos and len(expected) == 1:  # (one output: the grad_output verify draws for it)
                         call["grad"] = grad_pos
                         call["dy"] = _grad_outputs([expected[0][1]], grad_seed, None,
                                                    case.get("grad_layout", "contiguous"), fill)[0][1]
@@ -631,6 +640,8 @@ class _Judge:
                     except Exception as e:  # noqa: BLE001 (whatever came back, the judge itself goes on)
                         raise _Malformed(f"a result the judge could not check ({type(e).__name__}: {e})"[:300]) from e
                     row.passed = not row.classes
+                    if profiling:
+                        checked_kernels[k] = msg.get("kernels")
                     if row.passed:
                         passed_once.add(k)
                     elif k in passed_once and {"wrong_result", "nan"} & set(row.classes) \
@@ -641,7 +652,8 @@ class _Judge:
                 where = f"{case.name}[{_dtype_name(dtype)}] (timed)"
                 limit_s = timeout_s * (reps + TIMED_WARMUP_CALLS)  # (a round: warm-up and reps calls)
                 ended = self._time(w, spec, case, dtype, reps, report, passed_once, history, keys,
-                                   min(time.monotonic() + limit_s, deadline_total), cand_dir, baselines or {})
+                                   min(time.monotonic() + limit_s, deadline_total), cand_dir, baselines or {},
+                                   checked_kernels)
                 if ended == "exit":  # the candidate's process ends by itself
                     clean = w.recv(min(time.monotonic() + timeout_s, deadline_total)).get("kind") == "ended"
                 if ended:
@@ -680,7 +692,8 @@ class _Judge:
 
 
     def _time(self, w: "_Worker", spec: OpSpec, case: Case, dtype: torch.dtype, reps: int, report: Report,
-              passed_once: set, history: dict, keys, deadline: float, cand_dir: str, baselines: dict) -> str:
+              passed_once: set, history: dict, keys, deadline: float, cand_dir: str, baselines: dict,
+              checked_kernels: dict) -> str:
         """One timed round of (case, dtype): ``reps`` fresh input sets, each output judged as a
         checked call's, then the timing itself (``_judge_timing``). Returns "" to go on, else how
         the candidate's process ended ("ended": it exited; "exit": it is exiting)."""
@@ -725,7 +738,8 @@ class _Judge:
                 report.add("stateful", where, f"right on the checked calls, wrong on timed call {i + 1} of {reps}")
                 row.classes.append("stateful")
         try:
-            timing = _judge_timing(spec, case, dtype, msg, wall_ms, report, baselines.get((case.name, dtype), {}))
+            timing = _judge_timing(spec, case, dtype, msg, wall_ms, report, baselines.get((case.name, dtype), {}),
+                                   checked_kernels.get(k))
         except (KeyError, TypeError, ValueError) as e:
             raise _Malformed(f"timing figures the judge could not read ({type(e).__name__}: {e})"[:300]) from e
         report.timings.append(timing)
@@ -733,8 +747,10 @@ class _Judge:
 
 
 def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_ms: float, report: Report,
-                  baselines: dict) -> dict:
-    """The timing of one timed round, checked: the figures for the report, findings added."""
+                  baselines: dict, checked_kernels=None) -> dict:
+    """The timing of one timed round, checked: the figures for the report, findings added.
+    ``checked_kernels``: the kernel names a profiled checked call of the same case ran (None:
+    not profiled)."""
     where = f"{case.name}[{_dtype_name(dtype)}]"
     times = [float(t) for t in msg["times_ms"]]
     idles = [float(t) for t in msg["idle_ms"]]
@@ -761,9 +777,22 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
     if sum(times) > wall_ms:
         report.add("timer", where, f"timed calls adding up to {sum(times):.3f} ms where the judge's clock saw "
                                    f"{wall_ms:.3f} ms for the whole round")
+    held = [int(b) for b in msg.get("persisting_l2") or ()]
+    if any(held):
+        report.add("persisting_l2", where, f"{max(held)} bytes of L2 set aside for persisting lines on "
+                                           f"{sum(b > 0 for b in held)} of {len(times)} timed calls (data pinned "
+                                           "there outlives the L2 flush between calls; cleared before each)")
+    kernels = _kernel_report(msg)
+    if checked_kernels is not None and kernels["kernels"]:
+        checked = {str(n)[:200] for n in list(checked_kernels)[:1024]}  # (as _kernel_report cuts them)
+        new = [k for k, _ in kernels["kernels"] if k not in checked]
+        if new:
+            report.add("kernel_switch", where, f"a timed call ran {len(new)} kernel(s) no checked call of the case "
+                                               f"ran ({'; '.join(n[:80] for n in new[:3])}): what was timed is not "
+                                               "what was checked")
     entry = dict(case=case.name, dtype=_dtype_name(dtype), reps=summary.reps, median_ms=median,
                  p20_ms=summary.p20_ms, p80_ms=summary.p80_ms, idle_late_ms=late, roof_pct=float("nan"),
-                 baselines=dict(baselines), method=summary.method, **_kernel_report(msg))
+                 baselines=dict(baselines), method=summary.method, persisting_l2_bytes=max(held, default=0), **kernels)
     ceilings = _ceilings()
     if ceilings is not None:
         p = place(spec.cost(case, dtype), median, ceilings, dtype, matrix=spec.matrix)
@@ -779,7 +808,7 @@ def _kernel_report(msg: dict) -> dict:
     """What ran on the device in one profiled call (information, not a verdict): the kernels and
     their microseconds, the candidate's own Triton kernels among them and their share of the
     time (0 for a candidate that calls library code, such as torch's own op)."""
-    kernels = [[str(k[0])[:200], float(k[1])] for k in (msg.get("kernels") or ())[:16]
+    kernels = [[str(k[0])[:200], float(k[1])] for k in (msg.get("kernels") or ())[:64]
                if isinstance(k, (list, tuple)) and len(k) == 2 and isinstance(k[1], (int, float))
                and math.isfinite(k[1]) and k[1] >= 0]
     own_names = {str(n) for n in (msg.get("own_kernels") or ())[:256]}

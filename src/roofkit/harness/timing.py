@@ -31,18 +31,25 @@ _CYCLES_PER_US: dict = {}
 
 
 def _sleep_cycles_per_us(device: torch.device) -> float:
-    """Clock cycles of ``torch.cuda._sleep`` per microsecond on ``device`` (timed once)."""
+    """Clock cycles of ``torch.cuda._sleep`` per microsecond on ``device`` (measured once per
+    process). The sleep counts SM clock cycles, so a rate measured while the GPU is still at an
+    idle clock would make every later sleep too short at the working clock (the launch it should
+    hide then shows as device time): the sleep is timed until two rates in a row agree within 2 %
+    (at most 12 times, the GPU busy all along) and the highest rate seen is kept."""
     key = str(device)
     if key not in _CYCLES_PER_US:
         torch.cuda.synchronize(device)
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         n = 2_000_000
+        rates: list[float] = []
         torch.cuda._sleep(n)  # warm
-        s.record()
-        torch.cuda._sleep(n)
-        e.record()
-        torch.cuda.synchronize(device)
-        _CYCLES_PER_US[key] = n / max(s.elapsed_time(e) * 1e3, 1e-3)
+        while len(rates) < 12 and (len(rates) < 3 or abs(rates[-1] - rates[-2]) > 0.02 * rates[-1]):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            torch.cuda._sleep(n)
+            e.record()
+            torch.cuda.synchronize(device)
+            rates.append(n / max(s.elapsed_time(e) * 1e3, 1e-3))
+        _CYCLES_PER_US[key] = max(rates)
     return _CYCLES_PER_US[key]
 
 
