@@ -247,7 +247,8 @@ def _ceilings_for_test():
     ("timer_replaced", {"timer"}),
     ("l2_set_aside_for_persisting_lines", {"persisting_l2"}),
     ("timed_kernels_never_checked", {"kernel_switch"}),
-    ("checked_kernels_beyond_the_timed", set()),
+    ("checked_kernels_beyond_the_timed", {"kernel_switch"}),
+    ("checked_call_not_profiled", set()),
 ])
 def test_timing_judgement(monkeypatch, kind, want):
     # The judge's checks of a timed round's figures (what the candidate's process reports):
@@ -258,7 +259,7 @@ def test_timing_judgement(monkeypatch, kind, want):
     times = [0.050, 0.051, 0.049, 0.052, 0.050]
     msg = dict(times_ms=times, idle_ms=[t + 0.012 for t in times], idle_baseline_ms=0.010, deferred=[False] * 5,
                tampered=[], persisting_l2=[0] * 5, kernels=[["_softmax_fwd_kernel", 48.0]])
-    checked = ["_softmax_fwd_kernel", "void at::native::vectorized_elementwise_kernel<FillFunctor>"]
+    checked = ["_softmax_fwd_kernel"]
     wall_ms = 40.0
     if kind == "faster_than_the_roofs":
         msg.update(times_ms=[0.02] * 5, idle_ms=[0.032] * 5)
@@ -274,8 +275,12 @@ def test_timing_judgement(monkeypatch, kind, want):
         msg["persisting_l2"] = [0, 0, 1 << 20, 1 << 20, 1 << 20]
     elif kind == "timed_kernels_never_checked":
         msg["kernels"] = [["void at::native::cunn_SoftMaxForward<4, float>", 45.0]]
-    elif kind == "checked_kernels_beyond_the_timed":  # (the checked call also fills poisoned allocations)
-        checked = checked + ["void at::native::vectorized_elementwise_kernel<CopyFunctor>"]
+    elif kind == "checked_kernels_beyond_the_timed":  # (torch's kernel too while checked, only it while timed)
+        checked = checked + ["void at::native::cunn_SoftMaxForward<4, float>"]
+        msg["kernels"] = [["void at::native::cunn_SoftMaxForward<4, float>", 45.0]]
+    elif kind == "checked_call_not_profiled":  # (the profiler failed, or saw nothing, in the checked call)
+        checked = None
+        msg["kernels"] = [["void at::native::cunn_SoftMaxForward<4, float>", 45.0]]
     rep = Report("softmax", "candidate.py")
     entry = evaluate_module._judge_timing(spec, case, torch.float32, msg, wall_ms, rep, {"torch": 0.06}, checked)
     assert rep.classes == want, rep.summary()
@@ -389,3 +394,78 @@ def test_eval_rejects_timing_exploits_on_the_gpu(gpu_reports, name):
     rep = gpu_reports[name]
     assert not rep.accepted
     assert GPU_EXPLOITS[name] & rep.classes, rep.summary()
+
+
+def _cpu_timer(monkeypatch):
+    """The worker's ``_Timer`` with its CUDA pieces replaced by CPU stand-ins (its logic only:
+    refilled inputs, outputs kept, the profiled call)."""
+    import time
+
+    from roofkit.harness import _eval_worker as worker
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            pass
+
+    class Profile:
+        def __init__(self, activities=None):
+            pass
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(worker, "_twin", lambda o: o.clone() if isinstance(o, torch.Tensor) else o)
+    t = object.__new__(worker._Timer)
+    t.torch, t.device, t.Event, t.perf = torch, torch.device("cpu"), Event, time.perf_counter
+    t.record, t.elapsed, t.stream = (lambda ev, s: None), (lambda a, b: 0.01), (lambda d: None)
+    t.sync, t.sleep, t.flush, t.cover, t.cycles_per_us = (lambda d: None), (lambda c: None), (lambda: None), \
+        (lambda c, h: 0), 1.0
+    t.l2, t.equal, t.uint8 = None, torch.equal, torch.uint8
+    t.profile, t.cuda_activity, t.cuda_type, t.events = Profile, None, "cuda", (lambda p: [])
+    return t
+
+
+def test_timed_round_refills_one_buffer_and_keeps_each_output(monkeypatch):
+    # Fresh values in the same tensor on every timed call (an identity cache is caught), an
+    # output that is a view of that tensor kept as it was, the warm-up on a copy.
+    timer = _cpu_timer(monkeypatch)
+    values = [torch.randn(3, 4) for _ in range(4)]
+    seen = []
+
+    def candidate(x):
+        seen.append(x)
+        return torch.transpose(x, 0, 1)
+
+    outs = timer.run(candidate, [([v.clone()], {}) for v in values], 0)[0]
+    assert all(torch.equal(o, v.T) for o, v in zip(outs, values))
+    timed = seen[-5:-1]  # (then the profiled call)
+    assert all(x is timed[0] for x in timed) and all(x is not timed[0] for x in seen[:-5])
+
+    cache = {}
+
+    def by_address(x):
+        return cache.setdefault(x.data_ptr(), x.softmax(-1))
+
+    outs = timer.run(by_address, [([v.clone()], {}) for v in values], 0)[0]
+    assert torch.allclose(outs[0], values[0].softmax(-1))
+    assert not any(torch.allclose(o, v.softmax(-1)) for o, v in zip(outs[1:], values[1:]))  # stale
+
+
+def test_a_candidate_error_in_the_profiled_call_is_not_swallowed(monkeypatch):
+    import sys
+
+    timer = _cpu_timer(monkeypatch)
+
+    def refuses_the_profiler(x):
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_name == "_profiled":
+                raise RuntimeError("not while profiled")
+            f = f.f_back
+        return x * 2
+
+    with pytest.raises(RuntimeError, match="not while profiled"):
+        timer.run(refuses_the_profiler, [([torch.randn(2, 2)], {})], 0)

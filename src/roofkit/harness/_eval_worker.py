@@ -90,6 +90,16 @@ def _to(obj, device):
         return base.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(t)
 
 
+def _twin(obj):
+    """A copy of ``obj`` (a tensor on the GPU: same shape, strides and storage offset; anything
+    else as it is)."""
+    import torch
+
+    if not isinstance(obj, torch.Tensor) or obj.device.type != "cuda":
+        return obj
+    return _to(obj.detach().cpu(), obj.device)
+
+
 def _back(t):
     """A tensor of the candidate's as a plain tensor for the channel (``_plain``), copied to the
     CPU from a GPU (a tensor elsewhere, e.g. on the meta device, goes as it is: the judge says so)."""
@@ -167,15 +177,18 @@ class _Timer:
             (torch.cuda.Event, ("record", "elapsed_time", "synchronize")),
             (base, ("record", "elapsed_time", "synchronize")),
             (torch.cuda, ("Event", "synchronize", "current_stream", "_sleep")),
-            (torch, ("equal",)), (torch.Tensor, ("clone", "contiguous", "view", "reshape", "zero_")),
+            (torch, ("equal",)), (torch.Tensor, ("clone", "contiguous", "view", "reshape", "zero_", "copy_")),
             (time, ("perf_counter", "monotonic"))) for name in names}
         self.flush = L2Flusher(device)
+        self.flush_buffer = self.flush.buffer
         self.cycles_per_us = _sleep_cycles_per_us(device)
         self.cover = _cover_cycles
         self.l2 = _persisting_l2_controls()
         from torch.profiler import ProfilerActivity, profile
 
-        self.profile, self.cuda_activity = profile, ProfilerActivity.CUDA
+        self.watched.update({f"profile.{name}": (profile, name, getattr(profile, name))
+                             for name in ("start", "stop", "events")})
+        self.profile, self.cuda_activity, self.events = profile, ProfilerActivity.CUDA, profile.events
         self.cuda_type = torch.autograd.DeviceType.CUDA
         empty = [self._one(lambda: None, 0)[1:3] for _ in range(21)]
         self.idle_baseline_ms = sorted(i - t for t, i in empty)[len(empty) // 2]
@@ -184,25 +197,32 @@ class _Timer:
     def tampered(self) -> list[str]:
         """The watched names (``module.attribute``) no longer bound to what they were."""
         changed = [k for k, (owner, name, obj) in self.watched.items() if getattr(owner, name, None) is not obj]
+        if self.flush.buffer is not self.flush_buffer or vars(self.flush).keys() != {"nbytes", "buffer"}:
+            changed.append("the timer's L2 flush")
         mine = vars(self)
         changed += [f"the timer's {k}" for k, v in self.own.items() if k != "own" and mine.get(k) is not v]
         return changed + [f"the timer's {k}" for k in mine if k not in self.own and k != "own"]
 
     def _held_l2(self) -> int:
-        """The bytes of persisting L2 set aside now (0 where it cannot be read), cleared."""
+        """The bytes of persisting L2 set aside now (0 where it cannot be read); the set-aside and
+        any persisting lines cleared whatever was read (a candidate may have set the limit back
+        to 0 with lines still marked)."""
         if self.l2 is None:
             return 0
         held = self.l2[0]()
-        if held:
-            self.l2[1]()
+        self.l2[1]()
         return max(held, 0)
 
     def _one(self, call, sleep_cycles, prof=None):
         s, e, c, idle = (self.Event(enable_timing=True) for _ in range(4))
         stream = self.stream(self.device)
         held = self._held_l2()
-        if prof is not None:  # (the same frames as every timed call: a call cannot tell it is profiled by them)
-            prof.start()
+        if prof is not None:
+            try:
+                prof[0].start()
+            except Exception as exc:  # noqa: BLE001 (the profiler's own failure: the call is timed unprofiled)
+                prof[1].append(_describe(exc))
+                prof = None
         self.flush()
         self.sleep(sleep_cycles)
         self.record(s, stream)
@@ -210,7 +230,10 @@ class _Timer:
         self.record(e, stream)
         if prof is not None:
             self.sync(self.device)
-            prof.stop()
+            try:
+                prof[0].stop()
+            except Exception as exc:  # noqa: BLE001
+                prof[1].append(_describe(exc))
         early = out.detach().clone() if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided \
             else None
         self.record(c, stream)
@@ -221,19 +244,29 @@ class _Timer:
         # (the device's busy time past the copy's end: the copy itself is not the call's)
         return out, t, t + self.elapsed(c, idle), early, max(held, self._held_l2())
 
-    def kernels(self, call, sleep_cycles) -> dict:
-        """{kernel name: device microseconds} of one call timed as the others are, by
-        torch.profiler, without what the timer itself runs (L2 flush, sleep)."""
-        runs = []
+    def _profiled(self, call, sleep_cycles) -> tuple[dict | None, str]:
+        """({kernel name: device microseconds}, "") of one call timed as the others are, under
+        torch.profiler, without what the timer itself runs (L2 flush, sleep: the kernels of a
+        profiled call that does nothing); (None, why) where the profiler failed. What the
+        candidate raises passes through."""
+        runs, notes = [], []
         for fn in (lambda: None, call):
-            prof = self.profile(activities=[self.cuda_activity])
+            try:
+                prof = (self.profile(activities=[self.cuda_activity]), notes)
+            except Exception as exc:  # noqa: BLE001
+                return None, _describe(exc)
             self._one(fn, sleep_cycles, prof)
-            times: dict = {}
-            for ev in prof.events():
-                if getattr(ev, "device_type", None) == self.cuda_type:
-                    times[ev.name] = times.get(ev.name, 0.0) + float(ev.device_time_total)
+            if notes:
+                return None, notes[0]
+            try:
+                times: dict = {}
+                for ev in self.events(prof[0]):
+                    if getattr(ev, "device_type", None) == self.cuda_type:
+                        times[ev.name] = times.get(ev.name, 0.0) + float(ev.device_time_total)
+            except Exception as exc:  # noqa: BLE001
+                return None, _describe(exc)
             runs.append(times)
-        return {k: us for k, us in runs[1].items() if k not in runs[0]}
+        return {k: us for k, us in runs[1].items() if k not in runs[0]}, ""
 
     def _refill(self, into: list, values: list) -> list:
         """``values`` with each tensor copied into the tensor at its position in ``into`` where both
@@ -261,14 +294,16 @@ class _Timer:
 
     def run(self, fn, sets, warmup_ms: float):
         """(outputs, device ms per call, ms until the device was idle, deferred flags, persisting-L2
-        bytes found, sleep cycles) of one call of ``fn`` on each of ``sets`` ((args, kwargs) on
-        the device), after calls on the first set for ``warmup_ms`` (three at least) that size the
-        sleep."""
+        bytes found, sleep cycles, kernels of a profiled call (None: not profiled), why not) of
+        one call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on a
+        copy of the first set for ``warmup_ms`` (three at least) that size the sleep."""
         args0, kwargs0 = sets[0]
+        # (the warm-up on copies: the first set's own tensors are first seen by the first timed call)
+        warm_args, warm_kwargs = [_twin(a) for a in args0], {k: _twin(v) for k, v in kwargs0.items()}
         n, t0, host = 0, self.perf(), []
         while n < 3 or (self.perf() - t0) * 1e3 < warmup_ms:
             h = self.perf()
-            fn(*args0, **kwargs0)
+            fn(*warm_args, **warm_kwargs)
             host.append(self.perf() - h)
             self.sync(self.device)
             n += 1
@@ -281,12 +316,28 @@ class _Timer:
             args, kwargs = self._refill(args0, args), dict(zip(kwargs, self._refill(
                 [kwargs0.get(k) for k in kwargs], list(kwargs.values()))))
             out, t, idle, early, l2 = self._one(lambda a=args, k=kwargs: fn(*a, **k), cycles)
-            outs.append(out)
             times.append(t)
             idles.append(idle)
             deferred.append(early is not None and not self._same_bits(early, out))
             held.append(l2)
-        return outs, times, idles, deferred, held, cycles
+            # (an output that is a view of an input, such as torch.transpose's, would take the
+            # next set's values: kept as it is now)
+            outs.append(out.clone() if self._aliases(out, list(args) + list(kwargs.values())) else out)
+        # One more call on the first set, timed as the others (its time not reported), profiled.
+        args, kwargs = self._refill(args0, args0), kwargs0
+        kernels, note = self._profiled(lambda a=args, k=kwargs: fn(*a, **k), cycles)
+        return outs, times, idles, deferred, held, cycles, kernels, note
+
+    def _aliases(self, out, inputs) -> bool:
+        torch = self.torch
+        if not isinstance(out, torch.Tensor) or out.layout != torch.strided:
+            return False
+        try:
+            mine = out.untyped_storage().data_ptr()
+            return any(isinstance(t, torch.Tensor) and t.layout == torch.strided
+                       and t.untyped_storage().data_ptr() == mine for t in inputs)
+        except Exception:  # noqa: BLE001 (a storage that will not say: copied)
+            return True
 
 
 def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
@@ -349,10 +400,10 @@ def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
         reply = {"kind": "result", "seq": msg["seq"], "status": "ok", "type": "", "out": None, "message": "",
                  "grad_status": "", "grads": []}
         try:
-            with poisoned_allocations():
-                if msg.get("profile") and device.type == "cuda":
-                    out, reply["kernels"] = _profiled_call(fn, args, kwargs)
-                else:
+            if msg.get("profile") and device.type == "cuda":  # (unpoisoned: no fill kernels in its list)
+                out, reply["kernels"] = _profiled_call(fn, args, kwargs)
+            else:
+                with poisoned_allocations():
                     out = fn(*args, **kwargs)
             reply["type"] = f"{type(out).__module__}.{type(out).__qualname__}"
             if isinstance(out, torch.Tensor):
@@ -405,15 +456,29 @@ def _jit_names(module) -> list[str]:
 
 
 def _profiled_call(fn, args, kwargs):
-    """(output, the names of the kernels one call of ``fn`` ran, by torch.profiler) on a GPU."""
+    """(output, the names of the kernels one call of ``fn`` ran by torch.profiler, or None where
+    the profiler failed or saw none) on a GPU; what ``fn`` raises passes through."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    try:
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        prof.start()
+    except Exception:  # noqa: BLE001 (the profiler's own failure: not the candidate's)
+        return fn(*args, **kwargs), None
+    try:
         out = fn(*args, **kwargs)
         torch.cuda.synchronize()
-    names = {e.name for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA}
-    return out, sorted(names)
+    finally:
+        try:
+            prof.stop()
+        except Exception:  # noqa: BLE001
+            prof = None
+    try:
+        names = {e.name for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA}
+    except Exception:  # noqa: BLE001
+        return out, None
+    return out, sorted(names) or None
 
 
 def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
@@ -427,7 +492,7 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
              "deferred": [], "outs": [], "types": [], "devices": [], "idle_baseline_ms": timer.idle_baseline_ms,
              "tampered": [], "kernels": [], "kernel_note": "", "own_kernels": own, "persisting_l2": []}
     try:
-        outs, times, idles, deferred, held, cycles = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
+        outs, times, idles, deferred, held, cycles, ran, note = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
         reply.update(times_ms=[float(t) for t in times], idle_ms=[float(t) for t in idles],
                      deferred=[bool(d) for d in deferred], persisting_l2=[int(b) for b in held])
         for out in outs:
@@ -435,12 +500,9 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
             tensor = isinstance(out, torch.Tensor)
             reply["devices"].append(str(out.device) if tensor else "")
             reply["outs"].append(_back(out) if tensor and out.layout == torch.strided else None)
-        args0, kwargs0 = sets[0]
-        try:  # (one more call, timed as the others, profiled: its time is not reported)
-            ran = timer.kernels(lambda: fn(*args0, **kwargs0), cycles)
-            reply["kernels"] = sorted(([k, v] for k, v in ran.items()), key=lambda kv: -kv[1])[:64]
-        except Exception as e:  # noqa: BLE001 (the profiler's own failure: the timing stands without it)
-            reply["kernel_note"] = _describe(e)
+        if ran is not None:
+            reply["kernels"] = sorted(([k, v] for k, v in ran.items()), key=lambda kv: -kv[1])[:256]
+        reply["kernel_note"] = note
         reply["tampered"] = timer.tampered()
     except SystemExit as e:
         reply.update(status="exit", message=f"sys.exit({e.code!r})")

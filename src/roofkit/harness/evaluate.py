@@ -63,6 +63,7 @@ CLASSES = ("wrong_result", "wrong_gradient", "no_gradient", "nan", "wrong_shape"
            "cached", "stateful", "exception", "exit", "crash", "hang", "protocol",
            "deferred", "side_stream", "implausible", "timer", "persisting_l2", "kernel_switch")
 TIMED_REPS = 10  # timed calls per case on a GPU, each on fresh inputs
+KERNELS_KEPT = 256  # kernels of a profiled timed call read (the worker sends at most as many)
 TIMED_WARMUP_CALLS = 4  # what a timed round's limit allows for its warm-up, in calls (the worker: 25 ms, 3 at least)
 # side_stream: the device still busy after the call's end event, beyond the idle baseline, by more
 # than this share of the call's own time, and at least SIDE_STREAM_MIN_MS
@@ -740,7 +741,7 @@ class _Judge:
         try:
             timing = _judge_timing(spec, case, dtype, msg, wall_ms, report, baselines.get((case.name, dtype), {}),
                                    checked_kernels.get(k))
-        except (KeyError, TypeError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 (whatever a forged reply makes reading it raise)
             raise _Malformed(f"timing figures the judge could not read ({type(e).__name__}: {e})"[:300]) from e
         report.timings.append(timing)
         return ""
@@ -783,13 +784,15 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
                                            f"{sum(b > 0 for b in held)} of {len(times)} timed calls (data pinned "
                                            "there outlives the L2 flush between calls; cleared before each)")
     kernels = _kernel_report(msg)
-    if checked_kernels is not None and kernels["kernels"]:
+    if checked_kernels and kernels["kernels"]:
         checked = {str(n)[:200] for n in list(checked_kernels)[:1024]}  # (as _kernel_report cuts them)
-        new = [k for k, _ in kernels["kernels"] if k not in checked]
-        if new:
-            report.add("kernel_switch", where, f"a timed call ran {len(new)} kernel(s) no checked call of the case "
-                                               f"ran ({'; '.join(n[:80] for n in new[:3])}): what was timed is not "
-                                               "what was checked")
+        timed = {k for k, _ in kernels["kernels"]}
+        new = sorted(timed - checked)
+        gone = sorted(checked - timed) if len(kernels["kernels"]) < KERNELS_KEPT else []  # (a cut list: not all seen)
+        if new or gone:
+            said = "; ".join([f"timed only: {n[:80]}" for n in new[:3]] + [f"checked only: {n[:80]}" for n in gone[:3]])
+            report.add("kernel_switch", where, f"the profiled timed call and the profiled checked call of the case ran "
+                                               f"different kernels ({said}): what was timed is not what was checked")
     entry = dict(case=case.name, dtype=_dtype_name(dtype), reps=summary.reps, median_ms=median,
                  p20_ms=summary.p20_ms, p80_ms=summary.p80_ms, idle_late_ms=late, roof_pct=float("nan"),
                  baselines=dict(baselines), method=summary.method, persisting_l2_bytes=max(held, default=0), **kernels)
@@ -808,7 +811,7 @@ def _kernel_report(msg: dict) -> dict:
     """What ran on the device in one profiled call (information, not a verdict): the kernels and
     their microseconds, the candidate's own Triton kernels among them and their share of the
     time (0 for a candidate that calls library code, such as torch's own op)."""
-    kernels = [[str(k[0])[:200], float(k[1])] for k in (msg.get("kernels") or ())[:64]
+    kernels = [[str(k[0])[:200], float(k[1])] for k in (msg.get("kernels") or ())[:KERNELS_KEPT]
                if isinstance(k, (list, tuple)) and len(k) == 2 and isinstance(k[1], (int, float))
                and math.isfinite(k[1]) and k[1] >= 0]
     own_names = {str(n) for n in (msg.get("own_kernels") or ())[:256]}
