@@ -135,6 +135,8 @@ def _sync(device):
 def _worker(spec: dict) -> dict:
     import torch
 
+    from .harness.device import sm_clock_mhz
+
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"  # before roofkit's kernels are defined
     rank, world = _distributed("cuda" if torch.cuda.is_available() else "cpu")
@@ -216,23 +218,49 @@ def _worker(spec: dict) -> dict:
     for _ in range(spec["warmup"]):
         step()
     _sync(device)
+    clocks = []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        _busy(device, 0.2)
     for _ in range(spec["steps"]):
         if spec["mode"] == "decode":
             times.append(step() * 1e3)
-            continue
-        t0 = time.perf_counter()
-        step()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
+        else:
+            t0 = time.perf_counter()
+            step()
+            _sync(device)
+            times.append((time.perf_counter() - t0) * 1e3)
+        if device.type == "cuda":  # (after the step's timing: NVML is slow to ask)
+            clocks.append(sm_clock_mhz(device.index).get("sm_clock_mhz"))
     ms = statistics.median(times)
+    clocks = [c for c in clocks if c]
     return {"step_ms": ms, "p20_ms": _quantile(times, 0.2), "p80_ms": _quantile(times, 0.8),
             "tokens_per_s": tokens / (ms / 1e3), "peak_bytes": torch.cuda.max_memory_allocated(device)
             if device.type == "cuda" else None, "first_step_s": first_s, "loss0": loss0, "steps": len(times),
             "parameters": sum(p.numel() for p in model.parameters()),
             "tokens": check if spec["mode"] != "train" else None, "world_size": world, "rank": rank,
-            "optimizer": optimizer}
+            "optimizer": optimizer, "sm_clock_mhz": statistics.median(clocks) if clocks else None,
+            "sm_clock_min_mhz": min(clocks, default=None),
+            "sm_clock_max_mhz": sm_clock_mhz(device.index).get("sm_clock_max_mhz") if device.type == "cuda" else None}
+
+
+def _busy(device, seconds: float) -> None:
+    """Keep the GPU busy for about ``seconds`` (a device-side sleep), so that every provider's
+    timed steps start from the working SM clock, not from the idle clock its model building and
+    compiling may have left (a host-bound loop, such as decoding, may not raise it by itself)."""
+    import torch
+
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    torch.cuda._sleep(1_000_000)
+    e.record()
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    per = max(s.elapsed_time(e) / 1e3, 1e-4)
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(max(1, int(0.02 / per))):
+            torch.cuda._sleep(1_000_000)
+        torch.cuda.synchronize(device)
 
 
 def _quantile(xs, q):
@@ -251,8 +279,13 @@ def _run_provider(spec: dict, timeout: float) -> dict:
                     "roofkit.e2e"]
     rec = {**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq", "provider")},
            "world_size": spec.get("nproc", 1)}
+    cpus = spec.get("cpus") or None
     try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        # (on the CPUs of the GPU's NUMA node when NVML names them: a host-bound step, such as a
+        # decoded token, runs up to twice as slow on a CPU whose memory is on the other node, and
+        # where the scheduler puts a process differs from one process to the next)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     except subprocess.TimeoutExpired:
         return {**rec, "status": "error", "error": f"no result within {timeout:.0f} s"}
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(_MARK)]
@@ -347,6 +380,10 @@ def main(argv=None) -> int:
                     steps=min(args.steps, 2), warmup=0, decode_tokens=min(args.decode_tokens, 4))
         console.print("[yellow]No GPU: a tiny configuration of the model through the Triton interpreter (a check "
                       "that it runs; the times are not measurements)[/yellow]")
+    if not tiny and args.nproc == 1:
+        from .harness.device import gpu_local_cpus
+
+        spec["cpus"] = sorted(gpu_local_cpus(torch.cuda.current_device()))  # (every provider on the same CPUs)
     records = []
     env = environment()
     env["interpreter"] = tiny
@@ -385,10 +422,18 @@ def main(argv=None) -> int:
                   f"{r['peak_bytes'] / 2**30:.1f}" if r.get("peak_bytes") else "",
                   f"{r['first_step_s']:.1f}", f"{r['loss0']:.4f}" if r.get("loss0") is not None else
                   f"{100 * r['tokens_vs_eager']:.0f} %" if r.get("tokens_vs_eager") is not None else "",
-                  "roofkit AdamW" if r.get("optimizer") == "roofkit.optim.AdamW" else "")
+                  _note(r))
     console.print(t)
     console.print(f"wrote {args.out}/results.json, results.csv, e2e.png")
     return 0 if all(r["status"] != "error" for r in records) else 1
+
+
+def _note(r: dict) -> str:
+    notes = ["roofkit AdamW"] if r.get("optimizer") == "roofkit.optim.AdamW" else []
+    low, top = r.get("sm_clock_min_mhz"), r.get("sm_clock_max_mhz")
+    if low and top and low < 0.9 * top:  # (the figure is then not at the working clock)
+        notes.append(f"SM clock down to {low} MHz")
+    return ", ".join(notes)
 
 
 def _write(out: str, env: dict, spec: dict, records: list) -> None:

@@ -99,6 +99,25 @@ def sm_clock_mhz(index: int = 0) -> dict:
         return {}
 
 
+def gpu_local_cpus(index: int = 0) -> set[int]:
+    """The CPUs NVML names as closest to GPU ``index`` (its NUMA node's), among those this process
+    may run on; empty where unreadable or where that leaves none."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            words = os.cpu_count() // 64 + 1
+            mask = pynvml.nvmlDeviceGetCpuAffinity(h, words)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return set()
+    cpus = {64 * w + b for w, bits in enumerate(mask) for b in range(64) if int(bits) >> b & 1}
+    return cpus & os.sched_getaffinity(0)
+
+
 def device_info(device: torch.device | str | None = None) -> DeviceInfo:
     """Facts read from the CUDA device (RuntimeError without one)."""
     if not torch.cuda.is_available():
