@@ -345,3 +345,21 @@ def test_patched_model_still_returns_hidden_states(device):
     assert got is not None and len(got) == len(want) == 2
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_e2e_combines_a_providers_processes_by_the_median():
+    from roofkit import e2e
+
+    def rec(ms, status="ok"):
+        return {"provider": "roofkit", "status": status, "step_ms": ms, "tokens_per_s": 1e3 / ms} if status == "ok" \
+            else {"provider": "roofkit", "status": status, "error": "boom"}
+
+    one = e2e._combine([rec(5.0)])
+    assert one["step_ms"] == 5.0 and "process_ms" not in one
+    three = e2e._combine([rec(11.0), rec(5.0), rec(6.0)])
+    assert three["step_ms"] == 6.0 and three["process_ms"] == [11.0, 5.0, 6.0] and three["processes_failed"] == 0
+    assert e2e._combine([rec(7.0), rec(5.0)])["step_ms"] == 5.0  # (an even count: the lower middle)
+    partial = e2e._combine([rec(0, "error"), rec(9.0), rec(8.0)])
+    assert partial["step_ms"] == 8.0 and partial["process_ms"] == [None, 9.0, 8.0] and partial["processes_failed"] == 1
+    assert e2e._combine([rec(0, "error"), rec(0, "error")])["status"] == "error"
+    assert "processes: 11.00 5.00 6.00" in e2e._note(three)

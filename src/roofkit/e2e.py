@@ -19,7 +19,9 @@ forward without gradients, the last position's logits), ``decode`` (batch 1: a p
 median step time, tokens/s, peak memory (``torch.cuda.max_memory_allocated`` over the timed
 steps, the weights included), the first step's time (compilation, tuning and the first call's
 recording land there) and the first step's loss (train) beside eager's. Records go to
-``results.json`` / ``results.csv`` with the environment, and a bar chart to ``e2e.png``.
+``results.json`` / ``results.csv`` with the environment, and a bar chart to ``e2e.png``. With
+``--processes P`` each provider runs in P fresh processes, interleaved over the providers, and its
+record is the median process's (``process_ms``: every process's time).
 
 Without a GPU the same runs take a tiny configuration through the Triton interpreter: a check
 that everything runs, not a measurement (it says so).
@@ -344,7 +346,10 @@ def main(argv=None) -> int:
     p.add_argument("--optimizer", default="roofkit", choices=("roofkit", "torch"),
                    help="train: the roofkit providers' AdamW, roofkit.optim.AdamW (default) or torch's fused one "
                         "(the other providers always run torch's fused AdamW)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per provider (default: 900)")
+    p.add_argument("--processes", type=positive, default=1,
+                   help="run each provider in this many fresh processes, interleaved over the providers; the "
+                        "record is the median process's, with every process's figure beside it (default: 1)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per provider process (default: 900)")
     p.add_argument("--out", default="roofkit-out/e2e", help="folder for results.json, results.csv, e2e.png")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -391,18 +396,21 @@ def main(argv=None) -> int:
 
     env["transformers"] = transformers.__version__
     os.makedirs(args.out, exist_ok=True)
+    runs: dict[str, list] = {provider: [] for provider in args.providers}
     with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers))
-        for provider in args.providers:
-            bar.update(task, description=f"e2e {args.model} {args.mode}: {provider}")
-            why = _provider_available(provider)
-            if why:
-                records.append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
-                                "provider": provider, "status": "skipped", "error": why})
-            else:
-                records.append(_run_provider({**spec, "provider": provider}, args.timeout))
-            _write(args.out, env, spec, records)  # after each provider: an interrupted run keeps what it measured
-            bar.advance(task)
+        task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers) * args.processes)
+        for _ in range(args.processes):  # (interleaved: a drift of the machine reaches every provider alike)
+            for provider in args.providers:
+                bar.update(task, description=f"e2e {args.model} {args.mode}: {provider}")
+                why = _provider_available(provider)
+                if why:
+                    runs[provider].append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
+                                           "provider": provider, "status": "skipped", "error": why})
+                else:
+                    runs[provider].append(_run_provider({**spec, "provider": provider}, args.timeout))
+                records = [_combine(rs) for rs in runs.values() if rs]
+                _write(args.out, env, spec, records)  # after each process: an interrupted run keeps what it measured
+                bar.advance(task)
     _plot(records, os.path.join(args.out, "e2e.png"), f"{args.model}, {spec['layers']} layer(s), {args.mode}, "
           f"batch {spec['batch']} x {spec['seq']} ({env.get('gpu') or 'CPU, interpreter'})")
 
@@ -428,8 +436,25 @@ def main(argv=None) -> int:
     return 0 if all(r["status"] != "error" for r in records) else 1
 
 
+def _combine(runs: list) -> dict:
+    """One provider's record from its processes' (``--processes``): the process with the median
+    time (of those that ran; the lower middle of an even count), with every process's time in
+    ``process_ms``; a provider no process of which ran keeps its first process's record."""
+    ok = sorted((r for r in runs if r["status"] == "ok"), key=lambda r: r["step_ms"])
+    if not ok:
+        return runs[0]
+    rec = dict(ok[(len(ok) - 1) // 2])
+    if len(runs) > 1:
+        rec["process_ms"] = [r["step_ms"] if r["status"] == "ok" else None for r in runs]
+        rec["processes_failed"] = len(runs) - len(ok)
+    return rec
+
+
 def _note(r: dict) -> str:
     notes = ["roofkit AdamW"] if r.get("optimizer") == "roofkit.optim.AdamW" else []
+    if r.get("process_ms"):
+        spread = [f"{ms:.2f}" if ms is not None else "failed" for ms in r["process_ms"]]
+        notes.append(f"processes: {' '.join(spread)}")
     low, top = r.get("sm_clock_min_mhz"), r.get("sm_clock_max_mhz")
     if low and top and low < 0.9 * top:  # (the figure is then not at the working clock)
         notes.append(f"SM clock down to {low} MHz")
