@@ -249,6 +249,7 @@ def _ceilings_for_test():
     ("timed_kernels_never_checked", {"kernel_switch"}),
     ("checked_kernels_beyond_the_timed", {"kernel_switch"}),
     ("checked_call_not_profiled", set()),
+    ("a_candidate_kernel_named_like_the_flush", set()),
 ])
 def test_timing_judgement(monkeypatch, kind, want):
     # The judge's checks of a timed round's figures (what the candidate's process reports):
@@ -278,6 +279,9 @@ def test_timing_judgement(monkeypatch, kind, want):
     elif kind == "checked_kernels_beyond_the_timed":  # (torch's kernel too while checked, only it while timed)
         checked = checked + ["void at::native::cunn_SoftMaxForward<4, float>"]
         msg["kernels"] = [["void at::native::cunn_SoftMaxForward<4, float>", 45.0]]
+    elif kind == "a_candidate_kernel_named_like_the_flush":  # (left out of the timed list: of the checked too)
+        checked = checked + ["void at::native::vectorized_elementwise_kernel<FillFunctor<int>>"]
+        msg["timer_kernels"] = ["void at::native::vectorized_elementwise_kernel<FillFunctor<int>>", "spin_kernel"]
     elif kind == "checked_call_not_profiled":  # (the profiler failed, or saw nothing, in the checked call)
         checked = None
         msg["kernels"] = [["void at::native::cunn_SoftMaxForward<4, float>", 45.0]]
@@ -425,6 +429,7 @@ def _cpu_timer(monkeypatch):
         (lambda c, h: 0), 1.0
     t.l2, t.equal, t.uint8 = None, torch.equal, torch.uint8
     t.profile, t.cuda_activity, t.cuda_type, t.events = Profile, None, "cuda", (lambda p: [])
+    t.own_kernels = []
     return t
 
 

@@ -181,6 +181,7 @@ class _Timer:
             (time, ("perf_counter", "monotonic"))) for name in names}
         self.flush = L2Flusher(device)
         self.flush_buffer = self.flush.buffer
+        self.own_kernels: list[str] = []  # what a profiled call doing nothing ran (flush, sleep)
         self.cycles_per_us = _sleep_cycles_per_us(device)
         self.cover = _cover_cycles
         self.l2 = _persisting_l2_controls()
@@ -266,6 +267,7 @@ class _Timer:
             except Exception as exc:  # noqa: BLE001
                 return None, _describe(exc)
             runs.append(times)
+        self.own_kernels[:] = sorted(runs[0])
         return {k: us for k, us in runs[1].items() if k not in runs[0]}, ""
 
     def _refill(self, into: list, values: list) -> list:
@@ -503,6 +505,7 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
         if ran is not None:
             reply["kernels"] = sorted(([k, v] for k, v in ran.items()), key=lambda kv: -kv[1])[:256]
         reply["kernel_note"] = note
+        reply["timer_kernels"] = list(getattr(timer, "own_kernels", []))
         reply["tampered"] = timer.tampered()
     except SystemExit as e:
         reply.update(status="exit", message=f"sys.exit({e.code!r})")
