@@ -281,13 +281,8 @@ def _run_provider(spec: dict, timeout: float) -> dict:
                     "roofkit.e2e"]
     rec = {**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq", "provider")},
            "world_size": spec.get("nproc", 1)}
-    cpus = spec.get("cpus") or None
     try:
-        # (on the CPUs of the GPU's NUMA node when NVML names them: a host-bound step, such as a
-        # decoded token, runs up to twice as slow on a CPU whose memory is on the other node, and
-        # where the scheduler puts a process differs from one process to the next)
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {**rec, "status": "error", "error": f"no result within {timeout:.0f} s"}
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(_MARK)]
@@ -366,7 +361,6 @@ def main(argv=None) -> int:
     import torch
     from rich.console import Console
     from rich.markup import escape
-    from rich.progress import Progress
     from rich.table import Table
 
     from .harness.device import environment
@@ -389,28 +383,24 @@ def main(argv=None) -> int:
         from .harness.device import gpu_local_cpus
 
         spec["cpus"] = sorted(gpu_local_cpus(torch.cuda.current_device()))  # (every provider on the same CPUs)
-    records = []
     env = environment()
     env["interpreter"] = tiny
     import transformers
 
     env["transformers"] = transformers.__version__
     os.makedirs(args.out, exist_ok=True)
-    runs: dict[str, list] = {provider: [] for provider in args.providers}
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers) * args.processes)
-        for _ in range(args.processes):  # (interleaved: a drift of the machine reaches every provider alike)
-            for provider in args.providers:
-                bar.update(task, description=f"e2e {args.model} {args.mode}: {provider}")
-                why = _provider_available(provider)
-                if why:
-                    runs[provider].append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
-                                           "provider": provider, "status": "skipped", "error": why})
-                else:
-                    runs[provider].append(_run_provider({**spec, "provider": provider}, args.timeout))
-                records = [_combine(rs) for rs in runs.values() if rs]
-                _write(args.out, env, spec, records)  # after each process: an interrupted run keeps what it measured
-                bar.advance(task)
+    # Every provider's process on the CPUs NVML names as the GPU's (its NUMA node), where it names
+    # any: set on this process, inherited by each child (a host-bound step, such as a decoded
+    # token, moved by up to 2x between processes of the same code; where the scheduler puts a
+    # process is one difference between them).
+    cpus, was = set(spec.get("cpus") or ()), os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        records = _run_all(args, spec, env, console)
+    finally:
+        if cpus:
+            os.sched_setaffinity(0, was)
     _plot(records, os.path.join(args.out, "e2e.png"), f"{args.model}, {spec['layers']} layer(s), {args.mode}, "
           f"batch {spec['batch']} x {spec['seq']} ({env.get('gpu') or 'CPU, interpreter'})")
 
@@ -434,6 +424,30 @@ def main(argv=None) -> int:
     console.print(t)
     console.print(f"wrote {args.out}/results.json, results.csv, e2e.png")
     return 0 if all(r["status"] != "error" for r in records) else 1
+
+
+def _run_all(args, spec: dict, env: dict, console) -> list:
+    """Every provider's records, ``args.processes`` processes each, interleaved over the providers
+    (a drift of the machine reaches every provider alike); results written after each process."""
+    from rich.progress import Progress
+
+    runs: dict[str, list] = {provider: [] for provider in args.providers}
+    records: list = []
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers) * args.processes)
+        for _ in range(args.processes):
+            for provider in args.providers:
+                bar.update(task, description=f"e2e {args.model} {args.mode}: {provider}")
+                why = _provider_available(provider)
+                if why:
+                    runs[provider].append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
+                                           "provider": provider, "status": "skipped", "error": why})
+                else:
+                    runs[provider].append(_run_provider({**spec, "provider": provider}, args.timeout))
+                records = [_combine(rs) for rs in runs.values() if rs]
+                _write(args.out, env, spec, records)  # after each process: an interrupted run keeps what it measured
+                bar.advance(task)
+    return records
 
 
 def _combine(runs: list) -> dict:
