@@ -250,6 +250,9 @@ def _ceilings_for_test():
     ("checked_kernels_beyond_the_timed", {"kernel_switch"}),
     ("checked_call_not_profiled", set()),
     ("a_candidate_kernel_named_like_the_flush", set()),
+    ("no_kernel_while_timed", {"kernel_switch"}),
+    ("profiler_lost_in_the_checked_call", {"kernel_switch"}),
+    ("timed_call_not_profiled", set()),
 ])
 def test_timing_judgement(monkeypatch, kind, want):
     # The judge's checks of a timed round's figures (what the candidate's process reports):
@@ -282,6 +285,14 @@ def test_timing_judgement(monkeypatch, kind, want):
     elif kind == "a_candidate_kernel_named_like_the_flush":  # (left out of the timed list: of the checked too)
         checked = checked + ["void at::native::vectorized_elementwise_kernel<FillFunctor<int>>"]
         msg["timer_kernels"] = ["void at::native::vectorized_elementwise_kernel<FillFunctor<int>>", "spin_kernel"]
+    elif kind == "no_kernel_while_timed":  # (the profiler worked; the timed call ran nothing)
+        msg["kernels"] = []
+    elif kind == "profiler_lost_in_the_checked_call":
+        from roofkit.harness._eval_worker import PROFILE_LOST
+
+        checked = [PROFILE_LOST]
+    elif kind == "timed_call_not_profiled":  # (the profiler's own failure in the timed call: a note)
+        msg.update(kernels=[], kernel_note="RuntimeError: CUPTI_ERROR_NOT_INITIALIZED")
     elif kind == "checked_call_not_profiled":  # (the profiler failed, or saw nothing, in the checked call)
         checked = None
         msg["kernels"] = [["void at::native::cunn_SoftMaxForward<4, float>", 45.0]]
@@ -474,3 +485,21 @@ def test_a_candidate_error_in_the_profiled_call_is_not_swallowed(monkeypatch):
 
     with pytest.raises(RuntimeError, match="not while profiled"):
         timer.run(refuses_the_profiler, [([torch.randn(2, 2)], {})], 0)
+
+
+def test_messages_nested_past_a_depth_are_refused_without_recursion():
+    deep = []
+    for _ in range(200_000):
+        deep = [deep]
+    assert not evaluate_module._shallow({"kind": "timed", "status": deep}, evaluate_module.MAX_MESSAGE_DEPTH)
+    assert evaluate_module._shallow({"kind": "timed", "kernels": [["k", 1.0]], "outs": [torch.ones(2)]}, 3)
+
+
+def test_the_warm_up_copy_keeps_the_inputs_layout():
+    from roofkit.harness._eval_worker import _to
+
+    base = torch.randn(20)
+    for t in (base[3:9].view(6, 1), base[:12].view(6, 2)[:, :1], torch.randn(1, 4).expand(6, 4), torch.randn(3, 4).t()):
+        c = _to(t, t.device, copy=True)
+        assert (c.shape, c.stride(), c.storage_offset()) == (t.shape, t.stride(), t.storage_offset())
+        assert torch.equal(c, t) and c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()

@@ -73,17 +73,18 @@ def _plain(t):
         return torch.Tensor.as_subclass(t.detach(), torch.Tensor).clone()
 
 
-def _to(obj, device):
-    """``obj`` (a tensor, or anything else) on ``device``, a tensor keeping its strides."""
+def _to(obj, device, copy: bool = False):
+    """``obj`` (a tensor, or anything else) on ``device``, a tensor keeping its strides and
+    storage offset (an expanded view stays one); ``copy``: a tensor already there copied too."""
     import torch
 
-    if not isinstance(obj, torch.Tensor) or obj.device == device:
+    if not isinstance(obj, torch.Tensor) or (obj.device == device and not copy):
         return obj
     t = obj.detach()
     with torch.no_grad():
         if t.numel() and any(st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape)):  # an expanded view
             idx = tuple(slice(0, 1) if st == 0 else slice(None) for st in t.stride())
-            return _to(t[idx].contiguous(), device).expand(t.shape)
+            return _to(t[idx].contiguous(), device, copy).expand(t.shape)
         # (the same strides and storage offset: a candidate meets the alignment the case gives)
         span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
         base = torch.empty(t.storage_offset() + span, dtype=t.dtype, device=device)
@@ -97,7 +98,7 @@ def _twin(obj):
 
     if not isinstance(obj, torch.Tensor) or obj.device.type != "cuda":
         return obj
-    return _to(obj.detach().cpu(), obj.device)
+    return _to(obj, obj.device, copy=True)
 
 
 def _back(t):
@@ -108,6 +109,9 @@ def _back(t):
 
 
 _CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit (cuda.h)
+# the operators the timer's own work runs (flush, refill, copies, comparison): [namespace, name]
+_TIMER_OPS = [["aten", op] for op in ("zero_", "fill_", "copy_", "clone", "equal", "_to_copy", "view", "reshape",
+                                      "_reshape_alias", "contiguous", "empty_like", "empty_strided")]
 
 
 def _persisting_l2_controls():
@@ -189,6 +193,11 @@ class _Timer:
 
         self.watched.update({f"profile.{name}": (profile, name, getattr(profile, name))
                              for name in ("start", "stop", "events")})
+        self.watched["L2Flusher.__call__"] = (L2Flusher, "__call__", L2Flusher.__call__)
+        # kernels registered from Python for the operators the timer's own work dispatches to
+        # (torch.library; a registration straight through torch._C is not seen: docs/eval.md)
+        self.impls = getattr(torch.library, "_impls", None)
+        self.impls_before = set(self.impls) if isinstance(self.impls, set) else None
         self.profile, self.cuda_activity, self.events = profile, ProfilerActivity.CUDA, profile.events
         self.cuda_type = torch.autograd.DeviceType.CUDA
         empty = [self._one(lambda: None, 0)[1:3] for _ in range(21)]
@@ -200,6 +209,9 @@ class _Timer:
         changed = [k for k, (owner, name, obj) in self.watched.items() if getattr(owner, name, None) is not obj]
         if self.flush.buffer is not self.flush_buffer or vars(self.flush).keys() != {"nbytes", "buffer"}:
             changed.append("the timer's L2 flush")
+        if self.impls_before is not None:
+            new = {i for i in self.impls - self.impls_before if i.split("/")[:2] in _TIMER_OPS and not i.endswith("/Meta")}
+            changed += [f"a kernel registered for {i}" for i in sorted(new)]
         mine = vars(self)
         changed += [f"the timer's {k}" for k, v in self.own.items() if k != "own" and mine.get(k) is not v]
         return changed + [f"the timer's {k}" for k in mine if k not in self.own and k != "own"]
@@ -227,14 +239,16 @@ class _Timer:
         self.flush()
         self.sleep(sleep_cycles)
         self.record(s, stream)
-        out = call()
-        self.record(e, stream)
-        if prof is not None:
-            self.sync(self.device)
-            try:
-                prof[0].stop()
-            except Exception as exc:  # noqa: BLE001
-                prof[1].append(_describe(exc))
+        try:
+            out = call()
+            self.record(e, stream)
+        finally:  # (stopped whatever the call did: later rounds are not timed under the profiler)
+            if prof is not None:
+                self.sync(self.device)
+                try:
+                    prof[0].stop()
+                except Exception as exc:  # noqa: BLE001
+                    prof[1].append(_describe(exc))
         early = out.detach().clone() if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided \
             else None
         self.record(c, stream)
@@ -322,24 +336,15 @@ class _Timer:
             idles.append(idle)
             deferred.append(early is not None and not self._same_bits(early, out))
             held.append(l2)
-            # (an output that is a view of an input, such as torch.transpose's, would take the
-            # next set's values: kept as it is now)
-            outs.append(out.clone() if self._aliases(out, list(args) + list(kwargs.values())) else out)
+            # (copied as it is now, outside the timed window: an output that is a view of an input,
+            # such as torch.transpose's, or a buffer the candidate reuses, would otherwise take
+            # the next call's values)
+            outs.append(out.detach().clone() if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided
+                        else out)
         # One more call on the first set, timed as the others (its time not reported), profiled.
         args, kwargs = self._refill(args0, args0), kwargs0
         kernels, note = self._profiled(lambda a=args, k=kwargs: fn(*a, **k), cycles)
         return outs, times, idles, deferred, held, cycles, kernels, note
-
-    def _aliases(self, out, inputs) -> bool:
-        torch = self.torch
-        if not isinstance(out, torch.Tensor) or out.layout != torch.strided:
-            return False
-        try:
-            mine = out.untyped_storage().data_ptr()
-            return any(isinstance(t, torch.Tensor) and t.layout == torch.strided
-                       and t.untyped_storage().data_ptr() == mine for t in inputs)
-        except Exception:  # noqa: BLE001 (a storage that will not say: copied)
-            return True
 
 
 def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
@@ -457,9 +462,13 @@ def _jit_names(module) -> list[str]:
     return sorted(set(names))
 
 
+PROFILE_LOST = "(the profiler stopped or failed while the candidate ran)"
+
+
 def _profiled_call(fn, args, kwargs):
-    """(output, the names of the kernels one call of ``fn`` ran by torch.profiler, or None where
-    the profiler failed or saw none) on a GPU; what ``fn`` raises passes through."""
+    """(output, the names of the kernels one call of ``fn`` ran by torch.profiler) on a GPU: None
+    where the profiler would not start, ``[PROFILE_LOST]`` where it failed after the candidate's
+    code had run (a candidate can stop it); what ``fn`` raises passes through."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -479,8 +488,8 @@ def _profiled_call(fn, args, kwargs):
     try:
         names = {e.name for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA}
     except Exception:  # noqa: BLE001
-        return out, None
-    return out, sorted(names) or None
+        return out, [PROFILE_LOST]
+    return out, sorted(names)
 
 
 def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:

@@ -184,6 +184,22 @@ class Report:
 # ----------------------------------------------------------------------------- the worker
 
 
+_UNSET = object()
+MAX_MESSAGE_DEPTH = 32  # containers in containers a message may hold (the worker's go 3 deep)
+
+
+def _shallow(obj, depth: int) -> bool:
+    """Whether ``obj``'s lists, tuples and dicts nest at most ``depth`` levels (without recursion)."""
+    todo = [(obj, 0)]
+    while todo:
+        o, d = todo.pop()
+        if isinstance(o, (list, tuple, dict)):
+            if d >= depth:
+                return False
+            todo.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return True
+
+
 class _Timeout(Exception):
     pass
 
@@ -294,6 +310,8 @@ class _Worker:
                     raise _Malformed(f"undecodable message ({type(e).__name__})") from e
                 if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
                     raise _Malformed("a message that is not a dict with a kind")
+                if not _shallow(msg, MAX_MESSAGE_DEPTH):  # (reading it would recurse past Python's limit)
+                    raise _Malformed(f"a message nested deeper than {MAX_MESSAGE_DEPTH} levels")
                 return msg
             left = deadline - time.monotonic()
             if left <= 0:
@@ -738,17 +756,19 @@ class _Judge:
                     and "cached" not in row.classes:
                 report.add("stateful", where, f"right on the checked calls, wrong on timed call {i + 1} of {reps}")
                 row.classes.append("stateful")
+        ceilings = _ceilings()  # (the judge's own work: outside the reading of the reply below)
         try:
             timing = _judge_timing(spec, case, dtype, msg, wall_ms, report, baselines.get((case.name, dtype), {}),
-                                   checked_kernels.get(k))
-        except Exception as e:  # noqa: BLE001 (whatever a forged reply makes reading it raise)
+                                   checked_kernels.get(k), ceilings)
+        except (KeyError, TypeError, ValueError, OverflowError, RuntimeError, AttributeError) as e:
+            # (what a forged reply makes reading it raise: a tensor where a list was, an infinite count)
             raise _Malformed(f"timing figures the judge could not read ({type(e).__name__}: {e})"[:300]) from e
         report.timings.append(timing)
         return ""
 
 
 def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_ms: float, report: Report,
-                  baselines: dict, checked_kernels=None) -> dict:
+                  baselines: dict, checked_kernels=None, ceilings=_UNSET) -> dict:
     """The timing of one timed round, checked: the figures for the report, findings added.
     ``checked_kernels``: the kernel names a profiled checked call of the same case ran (None:
     not profiled)."""
@@ -784,7 +804,10 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
                                            f"{sum(b > 0 for b in held)} of {len(times)} timed calls (data pinned "
                                            "there outlives the L2 flush between calls; cleared before each)")
     kernels = _kernel_report(msg)
-    if checked_kernels and kernels["kernels"]:
+    # (compared where both profiles worked: a timed call that ran no kernel at all while the
+    # checked one ran some is a switch too)
+    if checked_kernels is not None and (kernels["kernels"] or not kernels["kernel_note"]) \
+            and (kernels["kernels"] or checked_kernels):
         checked = {str(n)[:200] for n in list(checked_kernels)[:1024]}  # (as _kernel_report cuts them)
         # (names the timer's own flush and sleep share are left out of the timed call's list: of
         # the checked call's too)
@@ -799,7 +822,8 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
     entry = dict(case=case.name, dtype=_dtype_name(dtype), reps=summary.reps, median_ms=median,
                  p20_ms=summary.p20_ms, p80_ms=summary.p80_ms, idle_late_ms=late, roof_pct=float("nan"),
                  baselines=dict(baselines), method=summary.method, persisting_l2_bytes=max(held, default=0), **kernels)
-    ceilings = _ceilings()
+    if ceilings is _UNSET:
+        ceilings = _ceilings()
     if ceilings is not None:
         p = place(spec.cost(case, dtype), median, ceilings, dtype, matrix=spec.matrix)
         entry.update(roof_pct=p.roof_pct, gbps=p.gbps, tflops=p.tflops)
