@@ -15,6 +15,8 @@
 #           ${PROCESSES}: processes per provider, interleaved)
 # training: compute-sanitizer memcheck and racecheck on benchmarks/sanitize_training.py
 # bench:    roofkit bench $OPS --suite ${SUITE:-llama3-8b} with every installed provider
+# eval:     roofkit eval's GPU tests (the zoo on the GPU, the timing exploits) and eval against
+#           bench for the straightforward Triton softmax (benchmarks/eval_vs_bench.py)
 # sanitize: compute-sanitizer memcheck and racecheck on the small cases of $OPS
 # regress:  llama3-8b attention, rms_norm and matmul rows with the sources in $BASE (default
 #           scratch/base/src) and with these, then `roofkit report` of the two
@@ -34,6 +36,11 @@ for step in "$@"; do
              tests/ops/test_reduce.py tests/ops/test_cross_entropy.py tests/ops/test_matmul.py tests/ops/test_scatter.py \
              tests/ops/test_compact.py tests/ops/test_autotune.py tests/harness/test_host.py > "$R/pytest-gpu.txt" 2>&1; echo "rc=$?"
            grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu.txt" | tail -12 ;;
+    eval) timeout ${T:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/harness/test_evaluate.py \
+             > "$R/pytest-gpu-eval.txt" 2>&1; echo "rc=$?"; grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-eval.txt" | tail -12
+           CASES="gpu_4000x4000 gpu_row_4096" DTYPES=float32 REPS=10 BASELINES=0 timeout 150 python3 \
+             benchmarks/eval_vs_bench.py > "$R/eval-vs-bench.txt" 2>&1; echo "eval-vs-bench rc=$?"
+           tail -4 "$R/eval-vs-bench.txt" ;;
     generic) timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_ops_generic.py \
              -k "${K:-attention}" > "$R/pytest-gpu-generic.txt" 2>&1; echo "rc=$?"
            grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-generic.txt" | tail -12 ;;
