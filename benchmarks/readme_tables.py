@@ -96,7 +96,9 @@ def e2e_table(runs) -> str:
         if records and "op" not in records[0] and records[0].get("mode") in ("train", "prefill", "decode"):
             newest[records[0]["mode"]] = (date, path, records, env)
     out = []
-    for mode, (date, path, records, env) in sorted(newest.items()):
+    order = ("train", "prefill", "decode")  # (the steadiest figure first: decode is host-bound)
+    for mode, (date, path, records, env) in sorted(newest.items(), key=lambda kv: order.index(kv[0])):
+        records = sorted(records, key=lambda r: r["provider"] != "eager")  # (eager first, as the ratios' base)
         r0 = records[0]
         unit = "ms / token" if mode == "decode" else "ms / step"
         if mode != "train":  # (no loss, optimizer or memory story: one sentence)
