@@ -197,6 +197,11 @@ def cmd_eval(args) -> int:
     if not all(isinstance(d, torch.dtype) for d in dtypes):
         print(f"roofkit eval: unknown dtype in {args.dtype} (use float32, float16 or bfloat16)", file=sys.stderr)
         return 2
+    on_cpu = args.device == "cpu" or (args.device is None and not torch.cuda.is_available())
+    if on_cpu and args.cases and any(c.startswith("gpu_") for c in args.cases):
+        print("roofkit eval: the gpu_ cases run on the CPU here (through the Triton interpreter when the "
+              "candidate uses Triton): a correctness check that can take minutes, and nothing is timed "
+              "(timing needs a GPU)", file=sys.stderr)
     try:
         rep = evaluate(args.candidate, args.op, cases=args.cases, quick=args.quick, seeds=args.seeds,
                        timeout_s=args.timeout, total_timeout_s=args.total_timeout, dtypes=dtypes or None,

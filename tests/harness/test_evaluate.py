@@ -131,6 +131,10 @@ def test_eval_cli_exit_statuses(tmp_path, capsys):
     assert main(["eval", str(ZOO / "zeros.py"), "--op", "no_such_op"]) == 2
     assert main(["eval", str(tmp_path / "missing.py"), "--op", "softmax"]) == 2
     assert main(["eval", str(ZOO / "no_function.py"), *base]) == 2
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "missing.py"), "--op", "softmax", "--cases", "gpu_4000x4000",
+                 "--device", "cpu"]) == 2
+    assert "gpu_ cases run on the CPU" in capsys.readouterr().err  # (said before minutes of interpreter)
 
 
 def test_eval_whole_evaluation_limit():
