@@ -507,3 +507,75 @@ def test_the_warm_up_copy_keeps_the_inputs_layout():
         c = _to(t, t.device, copy=True)
         assert (c.shape, c.stride(), c.storage_offset()) == (t.shape, t.stride(), t.storage_offset())
         assert torch.equal(c, t) and c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+
+
+def test_the_timed_round_end_to_end_with_cuda_stood_in_for(monkeypatch):
+    # The worker's GPU-only code (the timer's set-up, a timed round, the reply, the checks for
+    # rebinding) run with CPU stand-ins for CUDA's events, sleep, flush and profiler.
+    import time
+
+    import torch.profiler
+
+    from roofkit.harness import _eval_worker as worker
+    from roofkit.harness import timing
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self, stream=None):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+        def synchronize(self):
+            pass
+
+    class Flusher:
+        def __init__(self, device):
+            self.nbytes, self.buffer = 1 << 12, torch.empty(1 << 10, dtype=torch.int32)
+
+        def __call__(self):
+            self.buffer.zero_()
+
+    class Profile:
+        def __init__(self, activities=None):
+            pass
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def events(self):
+            return []
+
+    for owner, name, value in ((timing, "L2Flusher", Flusher), (timing, "_sleep_cycles_per_us", lambda d: 1000.0),
+                               (torch.cuda, "Event", Event), (torch._C, "_CudaEventBase", Event),
+                               (torch.cuda, "current_stream", lambda d=None: None),
+                               (torch.cuda, "synchronize", lambda d=None: None), (torch.cuda, "_sleep", lambda c: None),
+                               (torch.profiler, "profile", Profile), (worker, "_persisting_l2_controls", lambda: None),
+                               (worker, "_to", lambda a, device, copy=False: a.clone() if copy and isinstance(a, torch.Tensor)
+                                else a)):
+        monkeypatch.setattr(owner, name, value)
+    timer = worker._Timer(torch.device("cpu"))
+    assert timer.tampered() == [] and timer.idle_baseline_ms >= 0
+    values = [torch.randn(8, 16) for _ in range(5)]
+    msg = {"kind": "time", "seq": 1, "sets": [([v.clone()], {"dim": -1}) for v in values]}
+
+    def honest(input, dim=None, _stacklevel=3, dtype=None):
+        return torch.softmax(input, dim)
+
+    reply = worker._timed(honest, msg, torch.device("cpu"), timer, [])
+    assert reply["status"] == "ok" and reply["tampered"] == [] and reply["persisting_l2"] == [0] * 5
+    assert len(reply["times_ms"]) == 5 and not any(reply["deferred"])
+    assert all(torch.allclose(o, v.softmax(-1)) for o, v in zip(reply["outs"], values))
+
+    def skips_the_flush(input, dim=None, _stacklevel=3, dtype=None):
+        Flusher.__call__ = lambda self: None  # (the stand-in class is this test's own)
+        return torch.softmax(input, dim)
+
+    reply = worker._timed(skips_the_flush, msg, torch.device("cpu"), timer, [])
+    assert "L2Flusher.__call__" in reply["tampered"]
