@@ -579,3 +579,52 @@ def test_the_timed_round_end_to_end_with_cuda_stood_in_for(monkeypatch):
 
     reply = worker._timed(skips_the_flush, msg, torch.device("cpu"), timer, [])
     assert "L2Flusher.__call__" in reply["tampered"]
+
+
+def test_a_checked_call_that_breaks_its_profile_is_told_apart(monkeypatch):
+    # The profiled checked call: a profiler that will not start is no one's fault (None), one
+    # the candidate's code stops is marked (a kernel switch for the judge), and what the
+    # candidate raises passes through with the profiler stopped.
+    import torch.profiler
+
+    from roofkit.harness._eval_worker import PROFILE_LOST, _profiled_call
+
+    state = {"on": False, "start_fails": False}
+
+    class Profile:
+        def __init__(self, activities=None):
+            pass
+
+        def start(self):
+            if state["start_fails"]:
+                raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+            state["on"] = True
+
+        def stop(self):
+            if not state["on"]:
+                raise RuntimeError("no active profiling session")
+            state["on"] = False
+
+        def events(self):
+            return [type("E", (), {"name": "my_kernel", "device_type": torch.autograd.DeviceType.CUDA})()]
+
+    monkeypatch.setattr(torch.profiler, "profile", Profile)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    x = torch.ones(3)
+    assert _profiled_call(lambda t: t * 2, [x], {})[1] == ["my_kernel"]
+
+    def stops_it(t):
+        state["on"] = False
+        return t * 2
+
+    assert _profiled_call(stops_it, [x], {})[1] == [PROFILE_LOST]
+
+    def raises(t):
+        raise ValueError("the candidate's")
+
+    with pytest.raises(ValueError, match="the candidate's"):
+        _profiled_call(raises, [x], {})
+    assert not state["on"]
+    state["start_fails"] = True
+    out, names = _profiled_call(lambda t: t * 2, [x], {})
+    assert names is None and torch.equal(out, x * 2)
