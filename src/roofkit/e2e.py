@@ -252,16 +252,12 @@ def _busy(device, seconds: float) -> None:
     compiling may have left (a host-bound loop, such as decoding, may not raise it by itself)."""
     import torch
 
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    torch.cuda._sleep(1_000_000)
-    e.record()
-    torch.cuda.synchronize(device)
+    from .harness.timing import _sleep_cycles_per_us
+
+    chunk = int(_sleep_cycles_per_us(device) * 20_000)  # 20 ms of sleep (measuring it keeps the GPU busy too)
     t0 = time.perf_counter()
-    per = max(s.elapsed_time(e) / 1e3, 1e-4)
     while time.perf_counter() - t0 < seconds:
-        for _ in range(max(1, int(0.02 / per))):
-            torch.cuda._sleep(1_000_000)
+        torch.cuda._sleep(chunk)
         torch.cuda.synchronize(device)
 
 

@@ -7,6 +7,7 @@ cases in float32, so the whole file stays cheap on one CPU core.
 
 import json
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -415,27 +416,44 @@ def test_eval_rejects_timing_exploits_on_the_gpu(gpu_reports, name):
     assert GPU_EXPLOITS[name] & rep.classes, rep.summary()
 
 
+class _StandInEvent:
+    """A CUDA event's stand-in on the CPU: the host clock at ``record``."""
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+    def synchronize(self):
+        pass
+
+
+class _StandInProfile:
+    """torch.profiler.profile's stand-in on the CPU: starts, stops, sees no kernel."""
+
+    def __init__(self, activities=None):
+        pass
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def events(self):
+        return []
+
+
 def _cpu_timer(monkeypatch):
     """The worker's ``_Timer`` with its CUDA pieces replaced by CPU stand-ins (its logic only:
     refilled inputs, outputs kept, the profiled call)."""
-    import time
-
     from roofkit.harness import _eval_worker as worker
 
-    class Event:
-        def __init__(self, enable_timing=True):
-            pass
-
-    class Profile:
-        def __init__(self, activities=None):
-            pass
-
-        def start(self):
-            pass
-
-        def stop(self):
-            pass
-
+    Event, Profile = _StandInEvent, _StandInProfile
     monkeypatch.setattr(worker, "_twin", lambda o: o.clone() if isinstance(o, torch.Tensor) else o)
     t = object.__new__(worker._Timer)
     t.torch, t.device, t.Event, t.perf = torch, torch.device("cpu"), Event, time.perf_counter
@@ -512,25 +530,12 @@ def test_the_warm_up_copy_keeps_the_inputs_layout():
 def test_the_timed_round_end_to_end_with_cuda_stood_in_for(monkeypatch):
     # The worker's GPU-only code (the timer's set-up, a timed round, the reply, the checks for
     # rebinding) run with CPU stand-ins for CUDA's events, sleep, flush and profiler.
-    import time
-
     import torch.profiler
 
     from roofkit.harness import _eval_worker as worker
     from roofkit.harness import timing
 
-    class Event:
-        def __init__(self, enable_timing=True):
-            self.t = None
-
-        def record(self, stream=None):
-            self.t = time.perf_counter()
-
-        def elapsed_time(self, other):
-            return (other.t - self.t) * 1e3
-
-        def synchronize(self):
-            pass
+    Event, Profile = _StandInEvent, _StandInProfile
 
     class Flusher:
         def __init__(self, device):
@@ -538,19 +543,6 @@ def test_the_timed_round_end_to_end_with_cuda_stood_in_for(monkeypatch):
 
         def __call__(self):
             self.buffer.zero_()
-
-    class Profile:
-        def __init__(self, activities=None):
-            pass
-
-        def start(self):
-            pass
-
-        def stop(self):
-            pass
-
-        def events(self):
-            return []
 
     for owner, name, value in ((timing, "L2Flusher", Flusher), (timing, "_sleep_cycles_per_us", lambda d: 1000.0),
                                (torch.cuda, "Event", Event), (torch._C, "_CudaEventBase", Event),

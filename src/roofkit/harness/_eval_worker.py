@@ -151,9 +151,10 @@ class _Timer:
     of the output taken on the stream right after it returns, compared with the output once the
     whole device is idle (work still writing it: ``deferred``), and an event recorded after a
     device-wide synchronize (work on other streams ends before it: ``idle_ms``, the call's time
-    plus what the device did after that copy), and the persisting-L2 set-aside read before the
-    flush and after the call, and cleared (lines a candidate pins there would survive the flush:
-    ``persisting_l2``). Everything it
+    plus what the device did after that copy), and the persisting-L2 set-aside read after the
+    warm-up and after every call, and cleared (lines a candidate pins there would survive the
+    flush: ``persisting_l2``; nothing of the candidate's runs between a call and the next flush).
+    Everything it
     uses is bound here, before the candidate is imported (a candidate that replaces torch's
     functions later does not reach these references), and the idle delay of a call that does
     nothing is measured first, as the baseline of the judge's side-stream check."""
@@ -229,7 +230,6 @@ class _Timer:
     def _one(self, call, sleep_cycles, prof=None):
         s, e, c, idle = (self.Event(enable_timing=True) for _ in range(4))
         stream = self.stream(self.device)
-        held = self._held_l2()
         if prof is not None:
             try:
                 prof[0].start()
@@ -257,7 +257,7 @@ class _Timer:
         self.sync(self.device)
         t = self.elapsed(s, e)
         # (the device's busy time past the copy's end: the copy itself is not the call's)
-        return out, t, t + self.elapsed(c, idle), early, max(held, self._held_l2())
+        return out, t, t + self.elapsed(c, idle), early, self._held_l2()
 
     def _profiled(self, call, sleep_cycles) -> tuple[dict | None, str]:
         """({kernel name: device microseconds}, "") of one call timed as the others are, under
@@ -274,13 +274,9 @@ class _Timer:
             if notes:
                 return None, notes[0]
             try:
-                times: dict = {}
-                for ev in self.events(prof[0]):
-                    if getattr(ev, "device_type", None) == self.cuda_type:
-                        times[ev.name] = times.get(ev.name, 0.0) + float(ev.device_time_total)
+                runs.append(_kernel_times(self.events(prof[0]), self.cuda_type))
             except Exception as exc:  # noqa: BLE001
                 return None, _describe(exc)
-            runs.append(times)
         self.own_kernels[:] = sorted(runs[0])
         return {k: us for k, us in runs[1].items() if k not in runs[0]}, ""
 
@@ -310,7 +306,7 @@ class _Timer:
 
     def run(self, fn, sets, warmup_ms: float):
         """(outputs, device ms per call, ms until the device was idle, deferred flags, persisting-L2
-        bytes found, sleep cycles, kernels of a profiled call (None: not profiled), why not) of
+        bytes found, kernels of a profiled call (None: not profiled), why not) of
         one call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on a
         copy of the first set for ``warmup_ms`` (three at least) that size the sleep."""
         args0, kwargs0 = sets[0]
@@ -324,6 +320,7 @@ class _Timer:
             self.sync(self.device)
             n += 1
         cycles = self.cover(self.cycles_per_us, host)  # (as bench sizes it)
+        warm_l2 = self._held_l2()  # (what the warm-up left set aside: counted with the first timed call)
         outs, times, idles, deferred, held = [], [], [], [], []
         for args, kwargs in sets:
             # (fresh values in the first set's tensors where the layouts allow: the same objects at
@@ -341,10 +338,10 @@ class _Timer:
             # the next call's values)
             outs.append(out.detach().clone() if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided
                         else out)
+        held[0] = max(held[0], warm_l2)
         # One more call on the first set, timed as the others (its time not reported), profiled.
-        args, kwargs = self._refill(args0, args0), kwargs0
-        kernels, note = self._profiled(lambda a=args, k=kwargs: fn(*a, **k), cycles)
-        return outs, times, idles, deferred, held, cycles, kernels, note
+        kernels, note = self._profiled(lambda: fn(*args0, **kwargs0), cycles)
+        return outs, times, idles, deferred, held, kernels, note
 
 
 def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
@@ -465,6 +462,15 @@ def _jit_names(module) -> list[str]:
 PROFILE_LOST = "(the profiler stopped or failed while the candidate ran)"
 
 
+def _kernel_times(events, cuda_type) -> dict:
+    """{kernel name: device microseconds} of a profile's events (those on the GPU)."""
+    times: dict = {}
+    for ev in events:
+        if getattr(ev, "device_type", None) == cuda_type:
+            times[ev.name] = times.get(ev.name, 0.0) + float(getattr(ev, "device_time_total", 0.0))
+    return times
+
+
 def _profiled_call(fn, args, kwargs):
     """(output, the names of the kernels one call of ``fn`` ran by torch.profiler) on a GPU: None
     where the profiler would not start, ``[PROFILE_LOST]`` where it failed after the candidate's
@@ -486,10 +492,9 @@ def _profiled_call(fn, args, kwargs):
         except Exception:  # noqa: BLE001
             prof = None
     try:
-        names = {e.name for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA}
+        return out, sorted(_kernel_times(prof.events(), torch.autograd.DeviceType.CUDA))
     except Exception:  # noqa: BLE001
         return out, [PROFILE_LOST]
-    return out, sorted(names)
 
 
 def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
@@ -503,7 +508,7 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
              "deferred": [], "outs": [], "types": [], "devices": [], "idle_baseline_ms": timer.idle_baseline_ms,
              "tampered": [], "kernels": [], "kernel_note": "", "own_kernels": own, "persisting_l2": []}
     try:
-        outs, times, idles, deferred, held, cycles, ran, note = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
+        outs, times, idles, deferred, held, ran, note = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
         reply.update(times_ms=[float(t) for t in times], idle_ms=[float(t) for t in idles],
                      deferred=[bool(d) for d in deferred], persisting_l2=[int(b) for b in held])
         for out in outs:
@@ -514,7 +519,7 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
         if ran is not None:
             reply["kernels"] = sorted(([k, v] for k, v in ran.items()), key=lambda kv: -kv[1])[:256]
         reply["kernel_note"] = note
-        reply["timer_kernels"] = list(getattr(timer, "own_kernels", []))
+        reply["timer_kernels"] = list(timer.own_kernels)
         reply["tampered"] = timer.tampered()
     except SystemExit as e:
         reply.update(status="exit", message=f"sys.exit({e.code!r})")

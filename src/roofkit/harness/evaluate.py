@@ -599,7 +599,7 @@ class _Judge:
             history = {k: [] for k in range(len(keys))}
             passed_once = set()
             checked_kernels: dict = {}  # key -> the kernels a profiled checked call ran (timed keys)
-            timed_ks = [i for i, key in enumerate(keys) if key in list(timed_keys)]
+            timed_ks = [i for i, key in enumerate(keys) if key in timed_keys]
             # (a last round on the timed keys alone: one checked call each, profiled, without gradients)
             for rnd in range(seeds + bool(timed_ks)):
                 profiling = rnd == seeds
