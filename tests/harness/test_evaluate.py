@@ -492,6 +492,30 @@ def test_timed_round_refills_one_buffer_and_keeps_each_output(monkeypatch):
     assert not any(torch.allclose(o, v.softmax(-1)) for o, v in zip(outs[1:], values[1:]))  # stale
 
 
+def test_the_timed_round_measures_its_idle_baseline_beside_each_call_and_sleeps_long_enough(monkeypatch):
+    # The side-stream baseline is the median idle delay of the do-nothing calls made between
+    # the timed ones (a slow spell of the host lengthens both alike), and every call waits behind
+    # a sleep of at least COVER_MIN_US, whatever bench's rule gives.
+    from roofkit.harness import _eval_worker as worker
+
+    timer = _cpu_timer(monkeypatch)
+    timer.cycles_per_us = 3.0
+    seen, delays = [], iter([0.4, 0.1, 0.3, 0.2, 0.5, 9.0])
+
+    def one(call, sleep_cycles, prof=None):
+        seen.append(sleep_cycles)
+        out = call()
+        if out is None:  # (a do-nothing call: t = 1, idle later by the next delay)
+            return None, 1.0, 1.0 + next(delays), None, 0
+        return out, 2.0, 2.5, None, 0
+
+    monkeypatch.setattr(timer, "_one", one)
+    monkeypatch.setattr(timer, "_profiled", lambda call, cycles: (None, ""))
+    result = timer.run(lambda x: x * 2, [([torch.randn(4)], {}) for _ in range(5)], 0)
+    assert len(seen) == 10 and result[-1] == pytest.approx(0.3)
+    assert min(seen) >= 3.0 * worker.COVER_MIN_US
+
+
 def test_a_candidate_error_in_the_profiled_call_is_not_swallowed(monkeypatch):
     import sys
 

@@ -108,6 +108,7 @@ def _back(t):
     return t.cpu() if t.device.type == "cuda" else t
 
 
+COVER_MIN_US, COVER_HOST_TIMES, COVER_EXTRA_US = 500.0, 4.0, 100.0  # the sleep before a timed call (_Timer.run)
 _CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit (cuda.h)
 # the operators the timer's own work runs (flush, refill, copies, comparison): [namespace, name]
 _TIMER_OPS = [["aten", op] for op in ("zero_", "fill_", "copy_", "clone", "equal", "_to_copy", "view", "reshape",
@@ -156,8 +157,9 @@ class _Timer:
     flush: ``persisting_l2``; nothing of the candidate's runs between a call and the next flush).
     Everything it
     uses is bound here, before the candidate is imported (a candidate that replaces torch's
-    functions later does not reach these references), and the idle delay of a call that does
-    nothing is measured first, as the baseline of the judge's side-stream check."""
+    functions later does not reach these references). The idle delay of a call that does
+    nothing, the baseline of the judge's side-stream check, is measured after each timed call
+    (and once here, for a reply whose round failed)."""
 
     def __init__(self, device):
         import time
@@ -306,8 +308,8 @@ class _Timer:
 
     def run(self, fn, sets, warmup_ms: float):
         """(outputs, device ms per call, ms until the device was idle, deferred flags, persisting-L2
-        bytes found, kernels of a profiled call (None: not profiled), why not) of
-        one call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on a
+        bytes found, kernels of a profiled call (None: not profiled), why not, the idle delay of a
+        call doing nothing: median over one after each timed call) of one call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on a
         copy of the first set for ``warmup_ms`` (three at least) that size the sleep."""
         args0, kwargs0 = sets[0]
         # (the warm-up on copies: the first set's own tensors are first seen by the first timed call)
@@ -319,9 +321,15 @@ class _Timer:
             host.append(self.perf() - h)
             self.sync(self.device)
             n += 1
-        cycles = self.cover(self.cycles_per_us, host)  # (as bench sizes it)
+        # (bench's sleep, at least COVER_MIN_US and COVER_HOST_TIMES times the host time plus
+        # COVER_EXTRA_US: each call here starts on an idle device (it is synchronized after), so
+        # the flush and the sleep alone must cover the host's sleep, event and launch path, which
+        # takes 2-4x the bare call's host time on the H200 host, and up to 2.5x more in a slow spell)
+        host_us = sorted(host)[len(host) // 2] * 1e6
+        cycles = max(self.cover(self.cycles_per_us, host),
+                     int(self.cycles_per_us * max(COVER_MIN_US, COVER_HOST_TIMES * host_us + COVER_EXTRA_US)))
         warm_l2 = self._held_l2()  # (what the warm-up left set aside: counted with the first timed call)
-        outs, times, idles, deferred, held = [], [], [], [], []
+        outs, times, idles, deferred, held, empty = [], [], [], [], [], []
         for args, kwargs in sets:
             # (fresh values in the first set's tensors where the layouts allow: the same objects at
             # the same addresses on every call, as a harness reusing its buffers would pass them,
@@ -333,6 +341,9 @@ class _Timer:
             idles.append(idle)
             deferred.append(early is not None and not self._same_bits(early, out))
             held.append(l2)
+            # (a call doing nothing after each: the idle delay of the same moments, the baseline of
+            # the side-stream check; a slow spell of the host lengthens both alike)
+            empty.append(self._one(lambda: None, cycles)[1:3])
             # (copied as it is now, outside the timed window: an output that is a view of an input,
             # such as torch.transpose's, or a buffer the candidate reuses, would otherwise take
             # the next call's values)
@@ -341,7 +352,8 @@ class _Timer:
         held[0] = max(held[0], warm_l2)
         # One more call on the first set, timed as the others (its time not reported), profiled.
         kernels, note = self._profiled(lambda: fn(*args0, **kwargs0), cycles)
-        return outs, times, idles, deferred, held, kernels, note
+        base = sorted(i - t for t, i in empty)[len(empty) // 2]
+        return outs, times, idles, deferred, held, kernels, note, base
 
 
 def _run_candidate(rfd: int, wfd: int, msg: dict) -> int:
@@ -508,8 +520,8 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
              "deferred": [], "outs": [], "types": [], "devices": [], "idle_baseline_ms": timer.idle_baseline_ms,
              "tampered": [], "kernels": [], "kernel_note": "", "own_kernels": own, "persisting_l2": []}
     try:
-        outs, times, idles, deferred, held, ran, note = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
-        reply.update(times_ms=[float(t) for t in times], idle_ms=[float(t) for t in idles],
+        outs, times, idles, deferred, held, ran, note, base = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))
+        reply.update(times_ms=[float(t) for t in times], idle_ms=[float(t) for t in idles], idle_baseline_ms=float(base),
                      deferred=[bool(d) for d in deferred], persisting_l2=[int(b) for b in held])
         for out in outs:
             reply["types"].append(f"{type(out).__module__}.{type(out).__qualname__}")
