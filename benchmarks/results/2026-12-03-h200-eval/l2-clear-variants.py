@@ -1,6 +1,10 @@
-import importlib.util, statistics, sys, json, ctypes
+import ctypes
+import importlib.util
+
 import torch
+
 from roofkit.harness import _eval_worker as W
+
 spec = importlib.util.spec_from_file_location("cand", "tests/harness/eval_zoo/honest_triton.py")
 cand = importlib.util.module_from_spec(spec); spec.loader.exec_module(cand)
 dev = torch.device("cuda"); torch.zeros(1, device=dev)

@@ -1,7 +1,11 @@
-import importlib.util, statistics, time
-import torch, pynvml
-from roofkit.harness import _eval_worker as W
+import importlib.util
+import time
+
+import pynvml
+import torch
+
 from roofkit.harness.timing import _sleep_cycles_per_us
+
 spec = importlib.util.spec_from_file_location("cand", "tests/harness/eval_zoo/honest_triton.py")
 cand = importlib.util.module_from_spec(spec); spec.loader.exec_module(cand)
 dev = torch.device("cuda"); torch.zeros(1, device=dev)
@@ -15,6 +19,7 @@ def one(x, cycles, flush):
     torch.cuda.synchronize()
     return s.elapsed_time(e) * 1e3, (h1 - h0) * 1e6
 from roofkit.harness.timing import L2Flusher
+
 flush = L2Flusher(dev)
 for rep in range(6):
     for floor_us in (0, 200):
