@@ -462,7 +462,7 @@ def _cpu_timer(monkeypatch):
         (lambda c, h: 0), 1.0
     t.l2, t.equal, t.uint8 = None, torch.equal, torch.uint8
     t.profile, t.cuda_activity, t.cuda_type, t.events = Profile, None, "cuda", (lambda p: [])
-    t.own_kernels = []
+    t.own_kernels, t.idle_baseline_ms = [], 0.01
     return t
 
 
@@ -511,9 +511,17 @@ def test_the_timed_round_measures_its_idle_baseline_beside_each_call_and_sleeps_
 
     monkeypatch.setattr(timer, "_one", one)
     monkeypatch.setattr(timer, "_profiled", lambda call, cycles: (None, ""))
+    timer.idle_baseline_ms = 1.0  # (the delay measured before the candidate's import)
     result = timer.run(lambda x: x * 2, [([torch.randn(4)], {}) for _ in range(5)], 0)
     assert len(seen) == 10 and result[-1] == pytest.approx(0.3)
     assert min(seen) >= 3.0 * worker.COVER_MIN_US
+    # ... but never above IDLE_SPELL_MAX times the delay measured first (a candidate's thread
+    # keeping the device busy between its calls would raise it)
+    seen.clear()
+    delays = iter([0.4, 0.1, 0.3, 0.2, 0.5])
+    timer.idle_baseline_ms = 0.05
+    result = timer.run(lambda x: x * 2, [([torch.randn(4)], {}) for _ in range(5)], 0)
+    assert result[-1] == pytest.approx(worker.IDLE_SPELL_MAX * 0.05)
 
 
 def test_a_candidate_error_in_the_profiled_call_is_not_swallowed(monkeypatch):
