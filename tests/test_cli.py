@@ -23,12 +23,23 @@ def test_cli_list_providers_names_those_not_installed_and_how_to_install_them(mo
 
     spec = registry.get("softmax")
     monkeypatch.setitem(spec.baselines, "liger", lambda: None)  # what its factory gives without the package
-    monkeypatch.setattr(baselines, "_installed", lambda module: module != "liger_kernel")
+    monkeypatch.setattr(baselines, "installed", lambda module: module != "liger_kernel")
     assert main(["list", "softmax", "--providers"]) == 0
     out = capsys.readouterr().out
     assert "liger (not installed)" in out
     assert "liger: not installed (pip install roofkit[peers]); for softmax" in out
+    assert out.count("liger: not installed") == 1
     assert "roofkit, torch, torch.compile" in out
+    # without --providers nothing is built, but a peer library that is not there is still named
+    monkeypatch.setattr(baselines, "installed", lambda module: module not in ("liger_kernel", "flag_gems"))
+    assert main(["list", "softmax", "rope"]) == 0
+    out = capsys.readouterr().out
+    assert "liger (not installed)" in out and "flaggems (not installed)" in out
+    assert "liger: not installed (pip install roofkit[peers]); for softmax, rope" in out
+    monkeypatch.setattr(baselines, "installed", lambda module: True)
+    assert main(["list", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "not installed" not in out and "liger, flaggems" in out
 
 
 def test_cli_verify_quick_passes(capsys):

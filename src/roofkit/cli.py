@@ -69,6 +69,7 @@ def _dtype(name):
 def cmd_list(args) -> int:
     from rich.table import Table
 
+    from roofkit.harness import baselines
     from roofkit.harness.bench import provider_callables
 
     t = Table(title="registered ops" + (" (providers as available here)" if args.providers else ""))
@@ -77,7 +78,12 @@ def cmd_list(args) -> int:
     missing: dict[tuple[str, str], list[str]] = {}  # (provider, reason) -> ops
     for s in _select_specs(args.ops):
         fns, skipped = provider_callables(s, None) if args.providers else ({}, {})
-        prov = ", ".join(["roofkit"] + list(s.baselines))
+        # (without --providers, only whether each peer library is installed: nothing is built)
+        absent = {n for n in s.baselines if n in baselines.PEERS and not baselines.installed(baselines.PEERS[n][0])}
+        prov = ", ".join(["roofkit"] + [f"{n} ([yellow]not installed[/yellow])" if n in absent else n
+                                        for n in s.baselines])
+        for n in absent if not args.providers else ():
+            missing.setdefault((n, f"not installed ({baselines.PEERS[n][1]})"), []).append(s.name)
         if args.providers:
             short = {n: why.split(" (")[0] for n, why in skipped.items()}
             prov = ", ".join(list(fns) + [f"{n} ([yellow]{short[n]}[/yellow])" for n in skipped])
@@ -93,7 +99,9 @@ def cmd_list(args) -> int:
     console = _console()
     console.print(t)
     if missing:
-        console.print("providers that cannot run here (bench records them as skipped):")
+        console.print("providers that cannot run here (bench records them as skipped"
+                      + ("" if args.providers else "; `roofkit list --providers` checks every provider") + "):",
+                      markup=False, highlight=False)
         for (name, why), ops in sorted(missing.items()):
             console.print(f"  {name}: {why}; for {', '.join(ops)}", markup=False, highlight=False)
     elif args.providers:

@@ -13,7 +13,8 @@ PEERS = {
 }
 
 
-def _installed(module: str) -> bool:
+def installed(module: str) -> bool:
+    """Whether the peer library ``module`` can be imported here (found, not imported)."""
     return importlib.util.find_spec(module) is not None
 
 
@@ -24,7 +25,7 @@ def unavailable_reason(name: str) -> str:
     import torch
 
     peer = PEERS.get(name)
-    if peer is not None and not _installed(peer[0]):
+    if peer is not None and not installed(peer[0]):
         return f"not installed ({peer[1]})"
     if not torch.cuda.is_available():
         return "not available without a CUDA GPU"
