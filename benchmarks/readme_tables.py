@@ -104,9 +104,12 @@ def e2e_table(runs) -> str:
         if mode != "train":  # (no loss, optimizer or memory story: one sentence)
             parts = [f"{r['provider']} {r['step_ms']:.1f}" + (f" ({r['vs_eager']:.2f}x)" if r.get("vs_eager") else "")
                      if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
-            out += [f"End to end, {mode} (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} "
-                    f"--batch {r0['batch']} --seq {r0['seq']}`, {env.get('gpu', '?')}, {date[:10]}; {path}), "
-                    f"{unit} (vs eager): " + ", ".join(parts) + ".", ""]
+            procs = len(r0.get("process_ms") or ()) if r0.get("process_ms") else 0
+            command = (f"roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch {r0['batch']} "
+                       f"--seq {r0['seq']}" + (f" --processes {procs}" if procs > 1 else ""))
+            of = " of the median process" if procs > 1 else ""
+            out += [f"End to end, {mode} (`{command}`, {env.get('gpu', '?')}, {date[:10]}; {path}), {unit}{of} "
+                    "(vs eager): " + ", ".join(parts) + ".", ""]
             continue
         out += [f"End to end (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch "
                 f"{r0['batch']} --seq {r0['seq']}`, {env.get('gpu', '?')}, {date[:10]}; {path}):", "",

@@ -369,6 +369,7 @@ def main(argv=None) -> int:
         p.error(f"--nproc {args.nproc}: this machine has {torch.cuda.device_count()} GPU(s)")
     spec = dict(model=args.model, layers=args.layers, mode=args.mode, seq=args.seq, steps=args.steps, nproc=args.nproc,
                 warmup=args.warmup, decode_tokens=args.decode_tokens, tiny=tiny, optimizer=args.optimizer,
+                processes=args.processes,
                 batch=1 if args.mode == "decode" else (args.batch or 4))  # decode: batch 1 (what it runs)
     if tiny:
         spec.update(layers=min(args.layers, 2), seq=min(args.seq, 32), batch=min(spec["batch"], 2),
