@@ -266,7 +266,8 @@ def test_timing_judgement(monkeypatch, kind, want):
     spec = registry.get("softmax")
     case = spec.case("gpu_4000x4000")
     times = [0.050, 0.051, 0.049, 0.052, 0.050]
-    msg = dict(times_ms=times, idle_ms=[t + 0.012 for t in times], idle_baseline_ms=0.010, deferred=[False] * 5,
+    msg = dict(times_ms=times, idle_ms=[t + 0.012 for t in times], idle_baseline_ms=0.010,
+               idle_baseline_first_ms=0.008, deferred=[False] * 5,
                tampered=[], persisting_l2=[0] * 5, kernels=[["_softmax_fwd_kernel", 48.0]])
     checked = ["_softmax_fwd_kernel"]
     wall_ms = 40.0
@@ -310,13 +311,17 @@ def test_timing_judgement(monkeypatch, kind, want):
 
 
 @pytest.mark.parametrize("broken", [dict(idle_baseline_ms=float("nan")), dict(idle_baseline_ms=1e9),
+                                    dict(idle_baseline_first_ms=-1.0), dict(idle_baseline_ms=0.031),
                                     dict(times_ms=[]), dict(times_ms=[0.05, float("inf")]), "no idle_ms"])
 def test_timing_figures_the_judge_cannot_believe(monkeypatch, broken):
     # A candidate that writes its own figures on the channel: each such reply is refused (the
     # round then ends as a protocol finding), never judged as a speed.
     monkeypatch.setattr(evaluate_module, "_ceilings", _ceilings_for_test)
     spec = registry.get("softmax")
-    msg = dict(times_ms=[0.05, 0.05], idle_ms=[0.06, 0.06], idle_baseline_ms=0.01, deferred=[False] * 2, tampered=[])
+    msg = dict(times_ms=[0.05, 0.05], idle_ms=[0.06, 0.06], idle_baseline_ms=0.01, idle_baseline_first_ms=0.01,
+               deferred=[False] * 2, tampered=[])
+    evaluate_module._judge_timing(spec, spec.case("gpu_4000x4000"), torch.float32, dict(msg), 40.0,
+                                  Report("softmax", "candidate.py"), {})  # (as sent: believed)
     if broken == "no idle_ms":
         del msg["idle_ms"]
     else:
@@ -463,6 +468,8 @@ def _cpu_timer(monkeypatch):
     t.l2, t.equal, t.uint8 = None, torch.equal, torch.uint8
     t.profile, t.cuda_activity, t.cuda_type, t.events = Profile, None, "cuda", (lambda p: [])
     t.own_kernels, t.idle_baseline_ms = [], 0.01
+    t.cover_us, t.spell_max = (worker.COVER_MIN_US, worker.COVER_HOST_TIMES, worker.COVER_EXTRA_US,
+                               worker.COVER_MAX_US), worker.IDLE_SPELL_MAX
     return t
 
 
@@ -514,6 +521,7 @@ def test_the_timed_round_measures_its_idle_baseline_beside_each_call_and_sleeps_
     timer.idle_baseline_ms = 1.0  # (the delay measured before the candidate's import)
     result = timer.run(lambda x: x * 2, [([torch.randn(4)], {}) for _ in range(5)], 0)
     assert len(seen) == 10 and result[-1] == pytest.approx(0.3)
+    assert evaluate_module.IDLE_SPELL_MAX == worker.IDLE_SPELL_MAX  # (the judge refuses more)
     assert min(seen) >= 3.0 * worker.COVER_MIN_US
     # ... but never above IDLE_SPELL_MAX times the delay measured first (a candidate's thread
     # keeping the device busy between its calls would raise it)
@@ -522,6 +530,34 @@ def test_the_timed_round_measures_its_idle_baseline_beside_each_call_and_sleeps_
     timer.idle_baseline_ms = 0.05
     result = timer.run(lambda x: x * 2, [([torch.randn(4)], {}) for _ in range(5)], 0)
     assert result[-1] == pytest.approx(worker.IDLE_SPELL_MAX * 0.05)
+    # A warm-up of a second a call makes every call wait COVER_MAX_US, not seconds.
+    seen.clear()
+    delays = iter([0.1] * 5)
+    clock = iter(range(10**6))
+    monkeypatch.setattr(timer, "perf", lambda: float(next(clock)))
+    timer.run(lambda x: x * 2, [([torch.randn(4)], {}) for _ in range(5)], 0)
+    assert max(seen) == int(3.0 * worker.COVER_MAX_US)
+
+
+def test_the_judged_copy_is_the_one_the_deferred_check_saw(monkeypatch):
+    # Work that finishes the output after the timed call (a thread of the candidate's, during the
+    # do-nothing call that follows) is neither in the judged copy nor missed by the check.
+    timer = _cpu_timer(monkeypatch)
+    outputs = []
+
+    def one(call, sleep_cycles, prof=None):
+        out = call()
+        if out is None:  # (the do-nothing call: the late work lands now)
+            outputs[-1].fill_(7.0)
+            return None, 1.0, 1.01, None, 0
+        outputs.append(out)
+        return out, 2.0, 2.5, out.clone(), 0
+
+    monkeypatch.setattr(timer, "_one", one)
+    monkeypatch.setattr(timer, "_profiled", lambda call, cycles: (None, ""))
+    values = [torch.randn(4) for _ in range(3)]
+    outs, _, _, deferred, *_ = timer.run(lambda x: x * 2, [([v.clone()], {}) for v in values], 0)
+    assert all(torch.equal(o, v * 2) for o, v in zip(outs, values)) and deferred == [False] * 3
 
 
 def test_a_candidate_error_in_the_profiled_call_is_not_swallowed(monkeypatch):

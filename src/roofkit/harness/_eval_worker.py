@@ -108,8 +108,12 @@ def _back(t):
     return t.cpu() if t.device.type == "cuda" else t
 
 
-COVER_MIN_US, COVER_HOST_TIMES, COVER_EXTRA_US = 500.0, 4.0, 100.0  # the sleep before a timed call (_Timer.run)
-IDLE_SPELL_MAX = 3.0  # a slow spell of the host lengthens a do-nothing call's idle delay 2.5x (docs/eval.md)
+# the sleep before a timed call (_Timer.run): at least COVER_MIN_US and COVER_HOST_TIMES times the
+# warm-up's host time plus COVER_EXTRA_US, at most COVER_MAX_US (a slower launch only costs the candidate)
+COVER_MIN_US, COVER_HOST_TIMES, COVER_EXTRA_US, COVER_MAX_US = 500.0, 4.0, 100.0, 20000.0
+# a slow spell of the host lengthens a do-nothing call's idle delay 2.5x (docs/eval.md): the
+# in-round side-stream baseline is taken up to this many times the one measured before the import
+IDLE_SPELL_MAX = 3.0
 _CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit (cuda.h)
 # the operators the timer's own work runs (flush, refill, copies, comparison): [namespace, name]
 _TIMER_OPS = [["aten", op] for op in ("zero_", "fill_", "copy_", "clone", "equal", "_to_copy", "view", "reshape",
@@ -192,6 +196,8 @@ class _Timer:
         self.own_kernels: list[str] = []  # what a profiled call doing nothing ran (flush, sleep)
         self.cycles_per_us = _sleep_cycles_per_us(device)
         self.cover = _cover_cycles
+        self.cover_us = (COVER_MIN_US, COVER_HOST_TIMES, COVER_EXTRA_US, COVER_MAX_US)
+        self.spell_max = IDLE_SPELL_MAX
         self.l2 = _persisting_l2_controls()
         from torch.profiler import ProfilerActivity, profile
 
@@ -310,7 +316,8 @@ class _Timer:
     def run(self, fn, sets, warmup_ms: float):
         """(outputs, device ms per call, ms until the device was idle, deferred flags, persisting-L2
         bytes found, kernels of a profiled call (None: not profiled), why not, the idle delay of a
-        call doing nothing: median over one after each timed call) of one call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on a
+        call doing nothing: median over one after each timed call, at most IDLE_SPELL_MAX times
+        the one measured before the import) of one call of ``fn`` on each of ``sets`` ((args, kwargs) on the device), after calls on a
         copy of the first set for ``warmup_ms`` (three at least) that size the sleep."""
         args0, kwargs0 = sets[0]
         # (the warm-up on copies: the first set's own tensors are first seen by the first timed call)
@@ -322,13 +329,15 @@ class _Timer:
             host.append(self.perf() - h)
             self.sync(self.device)
             n += 1
-        # (bench's sleep, at least COVER_MIN_US and COVER_HOST_TIMES times the host time plus
-        # COVER_EXTRA_US: each call here starts on an idle device (it is synchronized after), so
-        # the flush and the sleep alone must cover the host's sleep, event and launch path, which
-        # takes 2-4x the bare call's host time on the H200 host, and up to 2.5x more in a slow spell)
+        # (longer than bench's sleep: each call here starts on an idle device (it is synchronized
+        # after), so the flush and the sleep alone must cover the host's sleep, event and launch
+        # path, 2-4x the bare call's host time on the H200's host and 2.5x that in a slow spell:
+        # the 500 us floor covers it for launches up to about 50 us; COVER_MAX_US bounds what a
+        # candidate's slow warm-up can make every call wait)
+        low, times_host, extra, high = self.cover_us
         host_us = sorted(host)[len(host) // 2] * 1e6
-        cycles = max(self.cover(self.cycles_per_us, host),
-                     int(self.cycles_per_us * max(COVER_MIN_US, COVER_HOST_TIMES * host_us + COVER_EXTRA_US)))
+        cycles = int(self.cycles_per_us * min(high, max(low, times_host * host_us + extra,
+                                                        self.cover(1.0, host))))
         warm_l2 = self._held_l2()  # (what the warm-up left set aside: counted with the first timed call)
         outs, times, idles, deferred, held, empty = [], [], [], [], [], []
         for args, kwargs in sets:
@@ -340,23 +349,25 @@ class _Timer:
             out, t, idle, early, l2 = self._one(lambda a=args, k=kwargs: fn(*a, **k), cycles)
             times.append(t)
             idles.append(idle)
+            # (the judged copy taken at once, once the device is idle, and the deferred check made
+            # against that same copy: nothing can finish the output between the two. Copied, not
+            # kept: an output that is a view of an input, such as torch.transpose's, or a buffer
+            # the candidate reuses, would otherwise take the next call's values)
+            if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided:
+                out = out.detach().clone()
             deferred.append(early is not None and not self._same_bits(early, out))
+            outs.append(out)
             held.append(l2)
             # (a call doing nothing after each: the idle delay of the same moments, the baseline of
             # the side-stream check; a slow spell of the host lengthens both alike)
             empty.append(self._one(lambda: None, cycles)[1:3])
-            # (copied as it is now, outside the timed window: an output that is a view of an input,
-            # such as torch.transpose's, or a buffer the candidate reuses, would otherwise take
-            # the next call's values)
-            outs.append(out.detach().clone() if isinstance(out, self.torch.Tensor) and out.layout == self.torch.strided
-                        else out)
         held[0] = max(held[0], warm_l2)
         # One more call on the first set, timed as the others (its time not reported), profiled.
         kernels, note = self._profiled(lambda: fn(*args0, **kwargs0), cycles)
         # (at most IDLE_SPELL_MAX times the delay measured before the candidate was imported: a
-        # candidate's thread that kept the device busy during the do-nothing calls would otherwise
-        # raise the baseline its side-stream work is measured against)
-        base = min(sorted(i - t for t, i in empty)[len(empty) // 2], IDLE_SPELL_MAX * self.idle_baseline_ms)
+        # candidate's thread that keeps the device busy during the do-nothing calls raises the
+        # baseline its side-stream work is measured against, but no further than that)
+        base = min(sorted(i - t for t, i in empty)[len(empty) // 2], self.spell_max * self.idle_baseline_ms)
         return outs, times, idles, deferred, held, kernels, note, base
 
 
@@ -522,6 +533,7 @@ def _timed(fn, msg: dict, device, timer: _Timer, own: list) -> dict:
             for args, kwargs in msg["sets"]]
     reply = {"kind": "timed", "seq": msg["seq"], "status": "ok", "message": "", "times_ms": [], "idle_ms": [],
              "deferred": [], "outs": [], "types": [], "devices": [], "idle_baseline_ms": timer.idle_baseline_ms,
+             "idle_baseline_first_ms": timer.idle_baseline_ms,
              "tampered": [], "kernels": [], "kernel_note": "", "own_kernels": own, "persisting_l2": []}
     try:
         outs, times, idles, deferred, held, ran, note, base = timer.run(fn, sets, float(msg.get("warmup_ms", 25.0)))

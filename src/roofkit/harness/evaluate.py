@@ -71,6 +71,9 @@ SIDE_STREAM_SHARE = 0.25
 SIDE_STREAM_MIN_MS = 0.025
 BASELINES = ("roofkit", "torch", "torch.compile")  # timed here beside the candidate (bench's method)
 IDLE_BASELINE_MAX_MS = 5.0  # a do-nothing call's synchronize delay above this is not believed
+# the round's baseline (do-nothing calls between the timed ones) at most this many times the one
+# measured before the candidate's import: the worker caps it so (its IDLE_SPELL_MAX); above, forged
+IDLE_SPELL_MAX = 3.0
 QUICK_FALLBACK = 3  # cases taken by ``quick`` from a spec that tags none quick
 HIDDEN_CASES = 3  # shapes no case of the op has, judged beside the evaluated cases
 CALL_TIMEOUT_S = 120.0
@@ -776,10 +779,15 @@ def _judge_timing(spec: OpSpec, case: Case, dtype: torch.dtype, msg: dict, wall_
     times = [float(t) for t in msg["times_ms"]]
     idles = [float(t) for t in msg["idle_ms"]]
     base = float(msg["idle_baseline_ms"])
+    first = float(msg["idle_baseline_first_ms"])
     if not times or len(idles) != len(times) or not all(math.isfinite(t) and t >= 0 for t in times + idles):
         raise ValueError(f"{len(times)} times, {len(idles)} idle times, not all finite and >= 0")
-    if not 0 <= base <= IDLE_BASELINE_MAX_MS:  # (NaN fails too)
-        raise ValueError(f"an idle baseline of {base} ms (a synchronize takes microseconds)")
+    if not (0 <= base <= IDLE_BASELINE_MAX_MS and 0 <= first <= IDLE_BASELINE_MAX_MS):  # (NaN fails too)
+        raise ValueError(f"an idle baseline of {base} ms, {first} ms before the import (a synchronize takes "
+                         "microseconds)")
+    if base > IDLE_SPELL_MAX * first * (1 + 1e-9):
+        raise ValueError(f"an idle baseline of {base} ms, more than {IDLE_SPELL_MAX:g}x the {first} ms measured "
+                         "before the import (the worker caps it there)")
     summary = summarize(times, TIMED_METHOD)
     median = summary.median_ms
     late = statistics.median(i - t for t, i in zip(times, idles)) - base
