@@ -662,7 +662,7 @@ def test_a_checked_call_that_breaks_its_profile_is_told_apart(monkeypatch):
 
         def stop(self):
             if not state["on"]:
-                raise RuntimeError("no active profiling session")
+                raise RuntimeError("the profiler is not running")
             state["on"] = False
 
         def events(self):
