@@ -210,6 +210,15 @@ def cmd_eval(args) -> int:
         print("roofkit eval: the gpu_ cases run on the CPU here (through the Triton interpreter when the "
               "candidate uses Triton): a correctness check that can take minutes, and nothing is timed "
               "(timing needs a GPU)", file=sys.stderr)
+    if on_cpu and any(d in (torch.float16, torch.bfloat16) for d in dtypes or (torch.float16, torch.bfloat16)):
+        try:
+            uses_triton = "triton" in Path(args.candidate).read_text(errors="replace")
+        except OSError:  # (the evaluation says what is wrong with the file)
+            uses_triton = False
+        if uses_triton:
+            print("roofkit eval: on the CPU a Triton candidate runs through the interpreter, which truncates "
+                  "float32 to bfloat16 where a GPU rounds to nearest even: its 16-bit error may exceed the "
+                  "budget on some seeds (--dtype float32 judges it without that)", file=sys.stderr)
     try:
         rep = evaluate(args.candidate, args.op, cases=args.cases, quick=args.quick, seeds=args.seeds,
                        timeout_s=args.timeout, total_timeout_s=args.total_timeout, dtypes=dtypes or None,

@@ -136,6 +136,14 @@ def test_eval_cli_exit_statuses(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "missing.py"), "--op", "softmax", "--cases", "gpu_4000x4000",
                  "--device", "cpu"]) == 2
     assert "gpu_ cases run on the CPU" in capsys.readouterr().err  # (said before minutes of interpreter)
+    # A Triton candidate judged in 16 bits on the CPU: the interpreter's rounding is named, and
+    # not for float32 alone or for a candidate without Triton
+    cand = tmp_path / "cand.py"
+    for text, dtype, said in (("import triton\n", [], True), ("import triton\n", ["--dtype", "float32"], False),
+                              ("import torch\n", [], False)):
+        cand.write_text(text)
+        assert main(["eval", str(cand), "--op", "softmax", "--cases", "no_such_case", "--device", "cpu", *dtype]) == 2
+        assert ("truncates float32 to bfloat16" in capsys.readouterr().err) == said
 
 
 def test_eval_whole_evaluation_limit():
