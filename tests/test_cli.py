@@ -178,3 +178,26 @@ def test_version_prints_the_package_version(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"roofkit {roofkit.__version__}"
+
+
+def test_cli_output_into_a_closed_pipe_ends_without_a_traceback():
+    # `roofkit eval ... | head -1`: the reader goes away before the verdict is printed; the
+    # command stops quietly instead of printing BrokenPipeError's traceback.
+    import pathlib
+    import subprocess
+    import sys
+
+    import roofkit
+
+    env = dict(os.environ)
+    src = str(pathlib.Path(roofkit.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH", "")] if p)
+    zoo = pathlib.Path(__file__).parent / "harness" / "eval_zoo" / "honest_torch.py"
+    proc = subprocess.Popen([sys.executable, "-m", "roofkit.cli", "eval", str(zoo), "--op", "softmax", "--cases",
+                             "odd_3x7", "--dtype", "float32", "--seeds", "1", "--hidden", "0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # (before the child has printed anything: it imports torch first)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.wait(timeout=300)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err[-2000:]
+    assert proc.returncode == 1

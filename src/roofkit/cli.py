@@ -557,11 +557,16 @@ def main(argv=None) -> int:
               'python -m pip install "roofkit[bench]" (from a clone: python -m pip install -e ".[bench]")',
               file=sys.stderr)
         return 2
-    if argv[:1] == ["e2e"]:  # its own options (argparse's remainder would not take them after a subcommand)
-        _setup_backend()
-        return cmd_e2e(argparse.Namespace(rest=argv[1:]))
     _setup_backend()
-    return args.func(args)
+    try:
+        if argv[:1] == ["e2e"]:  # its own options (argparse's remainder would not take them after a subcommand)
+            return cmd_e2e(argparse.Namespace(rest=argv[1:]))
+        return args.func(args)
+    except BrokenPipeError:
+        # (the reader went away, as `| head` does: stop without a traceback; what is left to print
+        # goes nowhere, Python's own flush at exit included)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
