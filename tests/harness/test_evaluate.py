@@ -471,8 +471,7 @@ def _cpu_timer(monkeypatch):
     t = object.__new__(worker._Timer)
     t.torch, t.device, t.Event, t.perf = torch, torch.device("cpu"), Event, time.perf_counter
     t.record, t.elapsed, t.stream = (lambda ev, s: None), (lambda a, b: 0.01), (lambda d: None)
-    t.sync, t.sleep, t.flush, t.cover, t.cycles_per_us = (lambda d: None), (lambda c: None), (lambda: None), \
-        (lambda c, h: 0), 1.0
+    t.sync, t.sleep, t.flush, t.cycles_per_us = (lambda d: None), (lambda c: None), (lambda: None), 1.0
     t.l2, t.equal, t.uint8 = None, torch.equal, torch.uint8
     t.profile, t.cuda_activity, t.cuda_type, t.events = Profile, None, "cuda", (lambda p: [])
     t.own_kernels, t.idle_baseline_ms = [], 0.01

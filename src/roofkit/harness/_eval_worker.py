@@ -171,7 +171,7 @@ class _Timer:
 
         import torch
 
-        from roofkit.harness.timing import L2Flusher, _cover_cycles, _sleep_cycles_per_us
+        from roofkit.harness.timing import L2Flusher, _sleep_cycles_per_us
 
         self.device = device
         self.torch = torch
@@ -195,7 +195,6 @@ class _Timer:
         self.flush_buffer = self.flush.buffer
         self.own_kernels: list[str] = []  # what a profiled call doing nothing ran (flush, sleep)
         self.cycles_per_us = _sleep_cycles_per_us(device)
-        self.cover = _cover_cycles
         self.cover_us = (COVER_MIN_US, COVER_HOST_TIMES, COVER_EXTRA_US, COVER_MAX_US)
         self.spell_max = IDLE_SPELL_MAX
         self.l2 = _persisting_l2_controls()
@@ -336,8 +335,7 @@ class _Timer:
         # candidate's slow warm-up can make every call wait)
         low, times_host, extra, high = self.cover_us
         host_us = sorted(host)[len(host) // 2] * 1e6
-        cycles = int(self.cycles_per_us * min(high, max(low, times_host * host_us + extra,
-                                                        self.cover(1.0, host))))
+        cycles = int(self.cycles_per_us * min(high, max(low, times_host * host_us + extra)))
         warm_l2 = self._held_l2()  # (what the warm-up left set aside: counted with the first timed call)
         outs, times, idles, deferred, held, empty = [], [], [], [], [], []
         for args, kwargs in sets:
