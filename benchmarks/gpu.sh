@@ -12,7 +12,8 @@
 #           one token at a time, eager against roofkit's RMSNorm and attention
 # host:     roofkit bench --suite host (wall time per call and CUDA-graph replay, roofkit and torch)
 # e2e:      roofkit e2e llama3-8b, 8 layers, --mode ${MODE:-train}, every provider (${PROVIDERS} to choose;
-#           ${PROCESSES}: processes per provider, interleaved; ${STEPS}: timed steps per process)
+#           ${PROCESSES}: processes per provider, interleaved; ${STEPS}: timed steps per process;
+#           ALTERNATE=1: prefill / decode with the providers in one process, steps alternating)
 # training: compute-sanitizer memcheck and racecheck on benchmarks/sanitize_training.py
 # bench:    roofkit bench $OPS --suite ${SUITE:-llama3-8b} with every installed provider
 # eval:     roofkit eval's GPU tests (the zoo on the GPU, the timing exploits) and eval against
@@ -50,7 +51,7 @@ for step in "$@"; do
     host) timeout ${T:-300} python3 -m roofkit.cli bench ${OPS:-} --suite host --providers roofkit torch \
              --out "$R/bench-host" > "$R/bench-host.txt" 2>&1; echo "rc=$?"; tail -40 "$R/bench-host.txt" | cut -c1-200 ;;
     e2e) timeout ${T:-500} python3 -m roofkit.cli e2e --model llama3-8b --layers 8 --mode ${MODE:-train} \
-             --providers ${PROVIDERS:-eager torch.compile liger roofkit roofkit-sdpa roofkit+compile} ${PROCESSES:+--processes $PROCESSES} ${STEPS:+--steps $STEPS} \
+             --providers ${PROVIDERS:-eager torch.compile liger roofkit roofkit-sdpa roofkit+compile} ${PROCESSES:+--processes $PROCESSES} ${STEPS:+--steps $STEPS} ${ALTERNATE:+--alternate} \
              --out "$R/e2e-${MODE:-train}" > "$R/e2e-${MODE:-train}.txt" 2>&1; echo "rc=$?"
            tail -12 "$R/e2e-${MODE:-train}.txt" | cut -c1-200 ;;
     training) for tool in memcheck racecheck; do

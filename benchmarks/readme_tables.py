@@ -106,10 +106,13 @@ def e2e_table(runs) -> str:
                      if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
             procs = len(r0.get("process_ms") or ()) if r0.get("process_ms") else 0
             command = (f"roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch {r0['batch']} "
-                       f"--seq {r0['seq']}" + (f" --processes {procs}" if procs > 1 else ""))
+                       f"--seq {r0['seq']}" + (f" --processes {procs}" if procs > 1 else "")
+                       + (" --alternate" if r0.get("alternating") else ""))
             of = " of the median process" if procs > 1 else ""
+            vs = ("vs eager: the median over rounds of eager's time over the provider's, the two alternating in one "
+                  "process") if r0.get("alternating") else "vs eager"
             out += [f"End to end, {mode} (`{command}`, {env.get('gpu', '?')}, {date[:10]}; {path}), {unit}{of} "
-                    "(vs eager): " + ", ".join(parts) + ".", ""]
+                    f"({vs}): " + ", ".join(parts) + ".", ""]
             continue
         out += [f"End to end (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch "
                 f"{r0['batch']} --seq {r0['seq']}`, {env.get('gpu', '?')}, {date[:10]}; {path}):", "",

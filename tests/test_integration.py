@@ -363,3 +363,58 @@ def test_e2e_combines_a_providers_processes_by_the_median():
     assert partial["step_ms"] == 8.0 and partial["process_ms"] == [None, 9.0, 8.0] and partial["processes_failed"] == 1
     assert e2e._combine([rec(0, "error"), rec(0, "error")])["status"] == "error"
     assert "processes: 11.00 5.00 6.00" in e2e._note(three)
+    # --alternate: a paired provider's median process is the one with the median ratio to eager's
+    paired = [{**rec(ms), "alternating": ["eager", "roofkit"], "paired_vs_first": x, "steps": 4}
+              for ms, x in ((5.0, 1.2), (6.0, 0.9), (7.0, 1.1))]
+    mid = e2e._combine(paired)
+    assert mid["paired_vs_first"] == 1.1 and mid["process_paired"] == [1.2, 0.9, 1.1]
+    assert "paired: 1.20x 0.90x 1.10x" in e2e._note(mid)
+
+
+def test_e2e_alternating_runs_each_provider_in_one_process_as_alone():
+    # `roofkit e2e --alternate`: eager and roofkit's models in one process, their timed steps
+    # alternating; eager's decoded tokens are those it decodes alone (roofkit's patch is the
+    # patched model's only), roofkit's equal them, and each record pairs its times with eager's.
+    from roofkit import e2e
+
+    base = dict(model="llama3-8b", layers=1, seq=8, batch=1, steps=3, warmup=0, decode_tokens=2, tiny=True)
+    alone = e2e._worker({**base, "mode": "decode", "provider": "eager"})
+    eager, ours = e2e._worker_alternating({**base, "mode": "decode", "providers": ["eager", "roofkit"]})
+    assert (eager["provider"], ours["provider"]) == ("eager", "roofkit")
+    assert eager["tokens"] == alone["tokens"] and ours["tokens"] == alone["tokens"]
+    assert len(ours["step_times_ms"]) == 3 and eager["paired_vs_first"] == 1.0 and eager["peak_bytes"] is None
+    paired = sorted(a / b for a, b in zip(eager["step_times_ms"], ours["step_times_ms"]))[1]
+    assert ours["paired_vs_first"] == paired
+    records = [eager, ours]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        e2e._write(out, {}, base, records)
+    assert ours["vs_eager"] == paired and "paired with eager in 3 alternating rounds" in e2e._note(ours)
+
+
+def test_e2e_alternate_refuses_train_and_liger(capsys):
+    from roofkit import e2e
+
+    for argv in (["--mode", "train", "--alternate"], ["--mode", "decode", "--providers", "eager", "liger", "--alternate"]):
+        with pytest.raises(SystemExit) as err:
+            e2e.main(argv)
+        assert err.value.code == 2
+    msg = capsys.readouterr().err
+    assert "--alternate runs prefill and decode" in msg and "liger patches transformers' modules" in msg
+
+
+def test_e2e_cli_alternate_writes_paired_records(tmp_path):
+    from roofkit import e2e
+
+    rc = e2e.main(["--mode", "decode", "--providers", "roofkit", "eager", "--alternate", "--layers", "1", "--seq", "8",
+                   "--steps", "2", "--decode-tokens", "2", "--out", str(tmp_path)])
+    assert rc == 0
+    import json
+
+    got = json.loads((tmp_path / "results.json").read_text())
+    assert got["spec"]["alternate"] is True
+    recs = {r["provider"]: r for r in got["records"]}
+    assert recs["roofkit"]["alternating"] == ["eager", "roofkit"]  # (eager first whatever the order given)
+    assert recs["roofkit"]["vs_eager"] == recs["roofkit"]["paired_vs_first"] and recs["eager"]["vs_eager"] == 1.0
+    assert recs["roofkit"]["tokens_vs_eager"] == 1.0

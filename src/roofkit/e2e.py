@@ -134,116 +134,183 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _worker(spec: dict) -> dict:
-    import torch
+class _Run:
+    """One provider's model and its step, ready to time: ``step()`` runs one step (decode: returns
+    its seconds per token); ``check`` the outputs compared with eager's."""
 
-    from .harness.device import sm_clock_mhz
+    def __init__(self, spec: dict, provider: str, device, dtype, sharded: bool):
+        import torch
+
+        model, family = _build(spec, device, dtype)
+        # (every rank builds the same weights and takes the same batch: the loss is the one-process loss)
+        model = _apply(provider, model, family, sharded=sharded)
+        self.model, self.provider, self.device = model, provider, device
+        vocab = model.config.vocab_size
+        g = torch.Generator(device=device).manual_seed(1)
+        b, s = spec["batch"], spec["seq"]
+        ids = torch.randint(0, vocab, (b, s), device=device, generator=g)
+        self.check, self.optimizer, self.tokens = None, None, b * s
+        self.mode = spec["mode"]
+
+        if self.mode == "train":
+            model.train()
+            if provider.startswith("roofkit") and spec.get("optimizer", "roofkit") == "roofkit":
+                import roofkit.optim
+
+                opt = roofkit.optim.AdamW(model.parameters(), lr=1e-5)
+            else:
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+            self.optimizer = f"{type(opt).__module__.split('.')[0]}.optim.AdamW"
+
+            def step():
+                out = model(input_ids=ids, labels=ids)
+                out.loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                return out.loss.detach()
+        elif self.mode == "prefill":
+            model.eval()
+            self.check = []
+
+            def step():
+                with torch.no_grad():
+                    return model(input_ids=ids, logits_to_keep=1).logits
+        else:  # decode: batch 1, the prefix through the cache, then `steps` tokens one at a time
+            from transformers import DynamicCache
+
+            model.eval()
+            ids = ids[:1]
+            new = spec["decode_tokens"]
+            # The tokens fed are fixed (the same for every provider), not each provider's own choices:
+            # its next-token choice at each step is then compared with eager's on the same inputs (with
+            # greedy feeding, one near tie that 16-bit rounding flips would change every later input).
+            feed = torch.randint(0, vocab, (1, new), device=device, generator=g)
+            # the cache argument's name (transformers renames past_key_values to cache)
+            inner = getattr(model, "_orig_mod", model)
+            name = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+            self.tokens, self.check = 1, []
+            check = self.check
+
+            def step():
+                with torch.no_grad():
+                    cache = DynamicCache(config=model.config)
+                    out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{name: cache})
+                    made = [out.logits[:, -1:].argmax(-1)]
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    for t in range(new):
+                        out = model(input_ids=feed[:, t:t + 1], use_cache=True, **{name: cache})
+                        made.append(out.logits[:, -1:].argmax(-1))
+                    _sync(device)
+                    elapsed = (time.perf_counter() - t0) / new
+                    check[:] = [int(t) for t in torch.cat(made, -1).flatten().tolist()]  # after the timing
+                    return elapsed
+        self.step = step
+
+    def first(self, warmup: int) -> tuple[float, float | None]:
+        """The first step (its seconds, and its loss in train mode), then ``warmup`` more."""
+        t0 = time.perf_counter()
+        out = self.step()
+        _sync(self.device)
+        first_s = time.perf_counter() - t0
+        loss0 = None
+        if self.mode == "train":
+            loss0 = float(out)
+        elif self.mode == "prefill":  # the output checked against eager's: each sequence's next token
+            self.check[:] = [int(t) for t in out[:, -1].float().argmax(-1).tolist()]
+        for _ in range(warmup):
+            self.step()
+        _sync(self.device)
+        return first_s, loss0
+
+    def timed(self) -> float:
+        """One timed step, ms (decode: per token)."""
+        if self.mode == "decode":
+            return self.step() * 1e3
+        t0 = time.perf_counter()
+        self.step()
+        _sync(self.device)
+        return (time.perf_counter() - t0) * 1e3
+
+    def record(self, times: list, clocks: list, first_s: float, loss0, peak) -> dict:
+        from .harness.device import sm_clock_mhz
+
+        ms = statistics.median(times)
+        clocks = [c for c in clocks if c]
+        cuda = self.device.type == "cuda"
+        return {"step_ms": ms, "p20_ms": _quantile(times, 0.2), "p80_ms": _quantile(times, 0.8),
+                "tokens_per_s": self.tokens / (ms / 1e3), "peak_bytes": peak, "first_step_s": first_s,
+                "loss0": loss0, "steps": len(times), "parameters": sum(p.numel() for p in self.model.parameters()),
+                "tokens": list(self.check) if self.mode != "train" else None, "optimizer": self.optimizer,
+                "sm_clock_mhz": statistics.median(clocks) if clocks else None,
+                "sm_clock_min_mhz": min(clocks, default=None),
+                "sm_clock_max_mhz": sm_clock_mhz(self.device.index).get("sm_clock_max_mhz") if cuda else None}
+
+
+def _device():
+    import torch
 
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"  # before roofkit's kernels are defined
     rank, world = _distributed("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model, family = _build(spec, device, dtype)
-    # (every rank builds the same weights and takes the same batch: the loss is the one-process loss)
-    model = _apply(spec["provider"], model, family, sharded=world > 1)
-    vocab = model.config.vocab_size
-    g = torch.Generator(device=device).manual_seed(1)
-    b, s = spec["batch"], spec["seq"]
-    ids = torch.randint(0, vocab, (b, s), device=device, generator=g)
-    times, loss0, check, optimizer = [], None, None, None
+    return device, torch.bfloat16 if device.type == "cuda" else torch.float32, rank, world
 
-    if spec["mode"] == "train":
-        model.train()
-        if spec["provider"].startswith("roofkit") and spec.get("optimizer", "roofkit") == "roofkit":
-            import roofkit.optim
 
-            opt = roofkit.optim.AdamW(model.parameters(), lr=1e-5)
-        else:
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-        optimizer = f"{type(opt).__module__.split('.')[0]}.optim.AdamW"
+def _worker(spec: dict) -> dict:
+    """One provider's record, this process to itself (the CLI runs it in a fresh process)."""
+    import torch
 
-        def step():
-            out = model(input_ids=ids, labels=ids)
-            out.loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return out.loss.detach()
-        tokens = b * s
-    elif spec["mode"] == "prefill":
-        model.eval()
+    from .harness.device import sm_clock_mhz
 
-        def step():
-            with torch.no_grad():
-                return model(input_ids=ids, logits_to_keep=1).logits
-        tokens = b * s
-        check = []
-    else:  # decode: batch 1, the prefix through the cache, then `steps` tokens one at a time
-        from transformers import DynamicCache
-
-        model.eval()
-        ids = ids[:1]
-        new = spec["decode_tokens"]
-        # The tokens fed are fixed (the same for every provider), not each provider's own choices:
-        # its next-token choice at each step is then compared with eager's on the same inputs (with
-        # greedy feeding, one near tie that 16-bit rounding flips would change every later input).
-        feed = torch.randint(0, vocab, (1, new), device=device, generator=g)
-        # the cache argument's name (transformers renames past_key_values to cache)
-        inner = getattr(model, "_orig_mod", model)
-        name = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
-
-        def step():
-            with torch.no_grad():
-                cache = DynamicCache(config=model.config)
-                out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{name: cache})
-                made = [out.logits[:, -1:].argmax(-1)]
-                _sync(device)
-                t0 = time.perf_counter()
-                for t in range(new):
-                    out = model(input_ids=feed[:, t:t + 1], use_cache=True, **{name: cache})
-                    made.append(out.logits[:, -1:].argmax(-1))
-                _sync(device)
-                elapsed = (time.perf_counter() - t0) / new
-                check[:] = [int(t) for t in torch.cat(made, -1).flatten().tolist()]  # after the timing
-                return elapsed
-        tokens = 1
-        check = []
-
-    t0 = time.perf_counter()
-    first = step()
-    _sync(device)
-    first_s = time.perf_counter() - t0
-    if spec["mode"] == "train":
-        loss0 = float(first)
-    elif spec["mode"] == "prefill":  # the output checked against eager's: each sequence's next token
-        check = [int(t) for t in first[:, -1].float().argmax(-1).tolist()]
-    for _ in range(spec["warmup"]):
-        step()
-    _sync(device)
-    clocks = []
+    device, dtype, rank, world = _device()
+    run = _Run(spec, spec["provider"], device, dtype, sharded=world > 1)
+    first_s, loss0 = run.first(spec["warmup"])
+    times, clocks = [], []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         _busy(device, 0.2)
     for _ in range(spec["steps"]):
-        if spec["mode"] == "decode":
-            times.append(step() * 1e3)
-        else:
-            t0 = time.perf_counter()
-            step()
-            _sync(device)
-            times.append((time.perf_counter() - t0) * 1e3)
+        times.append(run.timed())
         if device.type == "cuda":  # (after the step's timing: NVML is slow to ask)
             clocks.append(sm_clock_mhz(device.index).get("sm_clock_mhz"))
-    ms = statistics.median(times)
-    clocks = [c for c in clocks if c]
-    return {"step_ms": ms, "p20_ms": _quantile(times, 0.2), "p80_ms": _quantile(times, 0.8),
-            "tokens_per_s": tokens / (ms / 1e3), "peak_bytes": torch.cuda.max_memory_allocated(device)
-            if device.type == "cuda" else None, "first_step_s": first_s, "loss0": loss0, "steps": len(times),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "tokens": check if spec["mode"] != "train" else None, "world_size": world, "rank": rank,
-            "optimizer": optimizer, "sm_clock_mhz": statistics.median(clocks) if clocks else None,
-            "sm_clock_min_mhz": min(clocks, default=None),
-            "sm_clock_max_mhz": sm_clock_mhz(device.index).get("sm_clock_max_mhz") if device.type == "cuda" else None}
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {**run.record(times, clocks, first_s, loss0, peak), "world_size": world, "rank": rank}
+
+
+def _worker_alternating(spec: dict) -> list:
+    """Every provider of ``spec["providers"]`` in this one process, their timed steps alternating
+    (round r starts with provider r mod n): each provider's record, with ``paired_vs_first``, the
+    median over rounds of the first provider's time over its own in the same round. A host whose
+    speed drifts (shared CPUs: a decoded token moved by 2x between processes and within one) then
+    reaches every provider alike. Peak memory is not separable here (None). Providers that patch
+    a model only in place may share a process; the caller refuses the others."""
+    from .harness.device import sm_clock_mhz
+
+    device, dtype, _, _ = _device()
+    providers = spec["providers"]
+    runs, firsts = [], []
+    for provider in providers:
+        runs.append(_Run(spec, provider, device, dtype, sharded=False))
+        firsts.append(runs[-1].first(spec["warmup"]))
+    if device.type == "cuda":
+        _busy(device, 0.2)
+    times = [[] for _ in runs]
+    clocks = []
+    for r in range(spec["steps"]):
+        for k in range(len(runs)):
+            i = (r + k) % len(runs)
+            times[i].append(runs[i].timed())
+        if device.type == "cuda":
+            clocks.append(sm_clock_mhz(device.index).get("sm_clock_mhz"))
+    out = []
+    for run, ts, (first_s, loss0) in zip(runs, times, firsts):
+        rec = run.record(ts, clocks, first_s, loss0, None)
+        rec.update(world_size=1, rank=0, alternating=list(providers), step_times_ms=ts,
+                   paired_vs_first=statistics.median(a / b for a, b in zip(times[0], ts)))
+        out.append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")}, "provider": run.provider,
+                    "status": "ok", **rec})
+    return out
 
 
 def _busy(device, seconds: float) -> None:
@@ -269,26 +336,34 @@ def _quantile(xs, q):
 # ----------------------------------------------------------------------------- driver
 
 
-def _run_provider(spec: dict, timeout: float) -> dict:
-    """One provider in a fresh process; its record (``status`` "ok" or "error" with the reason)."""
+def _run_provider(spec: dict, timeout: float) -> dict | list:
+    """One provider in a fresh process; its record (``status`` "ok" or "error" with the reason).
+    With ``spec["providers"]`` (``--alternate``): all of them in that process, a record each."""
     cmd = [sys.executable, "-m", "roofkit.e2e", "--worker", json.dumps(spec)]
     if spec.get("nproc", 1) > 1:  # FSDP2 over nproc processes: rank 0 reports
         cmd[1:3] = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec['nproc']}", "-m",
                     "roofkit.e2e"]
-    rec = {**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq", "provider")},
-           "world_size": spec.get("nproc", 1)}
+    names = spec.get("providers") or [spec["provider"]]
+    base = [{**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")}, "provider": name,
+             "world_size": spec.get("nproc", 1)} for name in names]
+
+    def failed(why: str):
+        out = [{**rec, "status": "error", "error": why} for rec in base]
+        return out if "providers" in spec else out[0]
+
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {**rec, "status": "error", "error": f"no result within {timeout:.0f} s"}
+        return failed(f"no result within {timeout:.0f} s")
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(_MARK)]
     if run.returncode != 0 or not lines:
         out = (run.stderr or run.stdout).strip().splitlines()
         # the exception's own line first (the last that names an error), then the lines after it
         at = max((i for i, ln in enumerate(out) if ln and not ln.startswith(" ") and ("Error" in ln or "Exception" in ln)),
                  default=max(0, len(out) - 3))
-        return {**rec, "status": "error", "error": " | ".join(out[at:at + 4])[:600] or f"exit status {run.returncode}"}
-    return {**rec, "status": "ok", **json.loads(lines[-1][len(_MARK):])}
+        return failed(" | ".join(out[at:at + 4])[:600] or f"exit status {run.returncode}")
+    got = json.loads(lines[-1][len(_MARK):])
+    return got if "providers" in spec else {**base[0], "status": "ok", **got}
 
 
 def _provider_available(provider: str) -> str | None:
@@ -340,12 +415,21 @@ def main(argv=None) -> int:
     p.add_argument("--processes", type=positive, default=1,
                    help="run each provider in this many fresh processes, interleaved over the providers; the "
                         "record is the median process's, with every process's figure beside it (default: 1)")
+    p.add_argument("--alternate", action="store_true",
+                   help="prefill / decode: run the providers in one process, their timed steps alternating, "
+                        "each record with its time over eager's in the same rounds (for a host-bound mode on "
+                        "a host whose speed drifts; peak memory is not recorded; not with liger, which "
+                        "patches transformers' modules for every model)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per provider process (default: 900)")
     p.add_argument("--out", default="roofkit-out/e2e", help="folder for results.json, results.csv, e2e.png")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        rec = _worker(json.loads(args.worker))
+        spec = json.loads(args.worker)
+        if "providers" in spec:
+            print(_MARK + json.dumps(_worker_alternating(spec)), flush=True)
+            return 0
+        rec = _worker(spec)
         if rec["rank"] == 0:
             print(_MARK + json.dumps(rec), flush=True)
         if rec["world_size"] > 1:
@@ -365,11 +449,16 @@ def main(argv=None) -> int:
     tiny = not torch.cuda.is_available()
     if args.nproc > 1 and args.mode != "train":
         p.error("--nproc > 1 runs the train mode only (FSDP2 shards parameters, gradients and optimizer state)")
+    if args.alternate and args.mode == "train":
+        p.error("--alternate runs prefill and decode (a training step's memory and optimizer state are its own)")
+    if args.alternate and "liger" in args.providers:
+        p.error("--alternate: liger patches transformers' modules for every model in the process (its figures "
+                "would not be its own, nor eager's); run it without --alternate")
     if args.nproc > 1 and torch.cuda.is_available() and torch.cuda.device_count() < args.nproc:
         p.error(f"--nproc {args.nproc}: this machine has {torch.cuda.device_count()} GPU(s)")
     spec = dict(model=args.model, layers=args.layers, mode=args.mode, seq=args.seq, steps=args.steps, nproc=args.nproc,
                 warmup=args.warmup, decode_tokens=args.decode_tokens, tiny=tiny, optimizer=args.optimizer,
-                processes=args.processes,
+                processes=args.processes, alternate=args.alternate,
                 batch=1 if args.mode == "decode" else (args.batch or 4))  # decode: batch 1 (what it runs)
     if tiny:
         spec.update(layers=min(args.layers, 2), seq=min(args.seq, 32), batch=min(spec["batch"], 2),
@@ -403,6 +492,7 @@ def main(argv=None) -> int:
 
     unit = "ms / token" if args.mode == "decode" else "ms / step"
     fsdp = f", FSDP2 over {args.nproc} processes (per-GPU figures)" if args.nproc > 1 else ""
+    fsdp += ", the providers alternating in one process" if args.alternate else ""
     t = Table(title=f"roofkit e2e: {args.model}, {spec['layers']} layer(s), {args.mode}, batch {spec['batch']} x "
               f"{spec['seq']}{fsdp} ({env.get('gpu') or 'CPU, Triton interpreter: not a measurement'})")
     check = "step-0 loss" if args.mode == "train" else "tokens = eager's"
@@ -433,13 +523,19 @@ def _run_all(args, spec: dict, env: dict, console) -> list:
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"e2e {args.model} {args.mode}", total=len(args.providers) * args.processes)
         for _ in range(args.processes):
+            if args.alternate:  # one process for them all (eager first: the others' paired ratios are to it)
+                ready = sorted((p for p in args.providers if not _skip(spec, p, runs)), key=lambda p: p != "eager")
+                bar.update(task, description=f"e2e {args.model} {args.mode}: {' '.join(ready)} alternating")
+                if ready:
+                    for rec in _run_provider({**spec, "providers": ready}, args.timeout * len(ready)):
+                        runs[rec["provider"]].append(rec)
+                records = [_combine(rs) for rs in runs.values() if rs]
+                _write(args.out, env, spec, records)
+                bar.advance(task, len(args.providers))
+                continue
             for provider in args.providers:
                 bar.update(task, description=f"e2e {args.model} {args.mode}: {provider}")
-                why = _provider_available(provider)
-                if why:
-                    runs[provider].append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
-                                           "provider": provider, "status": "skipped", "error": why})
-                else:
+                if not _skip(spec, provider, runs):
                     runs[provider].append(_run_provider({**spec, "provider": provider}, args.timeout))
                 records = [_combine(rs) for rs in runs.values() if rs]
                 _write(args.out, env, spec, records)  # after each process: an interrupted run keeps what it measured
@@ -447,25 +543,46 @@ def _run_all(args, spec: dict, env: dict, console) -> list:
     return records
 
 
+def _skip(spec: dict, provider: str, runs: dict) -> bool:
+    """True (and a "skipped" record added to ``runs``) when ``provider`` cannot run here."""
+    why = _provider_available(provider)
+    if why:
+        runs[provider].append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
+                               "provider": provider, "status": "skipped", "error": why})
+    return bool(why)
+
+
 def _combine(runs: list) -> dict:
     """One provider's record from its processes' (``--processes``): the process with the median
-    time (of those that ran; the lower middle of an even count), with every process's time in
-    ``process_ms``; a provider no process of which ran keeps its first process's record."""
-    ok = sorted((r for r in runs if r["status"] == "ok"), key=lambda r: r["step_ms"])
+    time (of those that ran; the lower middle of an even count; with ``--alternate``, a paired
+    provider's median ratio to the first provider), with every process's time in ``process_ms``
+    (and ratio in ``process_paired``); a provider no process of which ran keeps its first
+    process's record."""
+    def order(r):  # (``--alternate``: a paired provider's processes by their ratio to the first's)
+        paired = r.get("alternating") and r["provider"] != r["alternating"][0]
+        return (-r["paired_vs_first"] if paired else 0, r["step_ms"])
+
+    ok = sorted((r for r in runs if r["status"] == "ok"), key=order)
     if not ok:
         return runs[0]
     rec = dict(ok[(len(ok) - 1) // 2])
     if len(runs) > 1:
         rec["process_ms"] = [r["step_ms"] if r["status"] == "ok" else None for r in runs]
+        if any("paired_vs_first" in r for r in ok):
+            rec["process_paired"] = [r.get("paired_vs_first") if r["status"] == "ok" else None for r in runs]
         rec["processes_failed"] = len(runs) - len(ok)
     return rec
 
 
 def _note(r: dict) -> str:
     notes = ["roofkit AdamW"] if r.get("optimizer") == "roofkit.optim.AdamW" else []
+    if r.get("alternating") and r["provider"] != r["alternating"][0]:
+        notes.append(f"paired with {r['alternating'][0]} in {r['steps']} alternating rounds")
     if r.get("process_ms"):
         spread = [f"{ms:.2f}" if ms is not None else "failed" for ms in r["process_ms"]]
         notes.append(f"processes: {' '.join(spread)}")
+        if r.get("process_paired") and r["provider"] != r["alternating"][0]:
+            notes.append(f"paired: {' '.join(f'{x:.2f}x' if x else 'failed' for x in r['process_paired'])}")
     low, top = r.get("sm_clock_min_mhz"), r.get("sm_clock_max_mhz")
     if low and top and low < 0.9 * top:  # (the figure is then not at the working clock)
         notes.append(f"SM clock down to {low} MHz")
@@ -478,6 +595,9 @@ def _write(out: str, env: dict, spec: dict, records: list) -> None:
     for r in records:
         if r["status"] == "ok" and eager:
             r["vs_eager"] = r["tokens_per_s"] / eager["tokens_per_s"]
+            if (r.get("alternating") or [None])[0] == "eager" and r.get("alternating") == eager.get("alternating"):
+                # the median over rounds of eager's time over this provider's in the same round
+                r["vs_eager"] = r["paired_vs_first"]
             if r.get("peak_bytes") and eager.get("peak_bytes"):
                 r["memory_vs_eager"] = r["peak_bytes"] / eager["peak_bytes"]
             if r.get("loss0") is not None and eager.get("loss0") is not None:
