@@ -363,12 +363,15 @@ def test_e2e_combines_a_providers_processes_by_the_median():
     assert partial["step_ms"] == 8.0 and partial["process_ms"] == [None, 9.0, 8.0] and partial["processes_failed"] == 1
     assert e2e._combine([rec(0, "error"), rec(0, "error")])["status"] == "error"
     assert "processes: 11.00 5.00 6.00" in e2e._note(three)
-    # --alternate: a paired provider's median process is the one with the median ratio to eager's
-    paired = [{**rec(ms), "alternating": ["eager", "roofkit"], "paired_vs_first": x, "steps": 4}
-              for ms, x in ((5.0, 1.2), (6.0, 0.9), (7.0, 1.1))]
-    mid = e2e._combine(paired)
-    assert mid["paired_vs_first"] == 1.1 and mid["process_paired"] == [1.2, 0.9, 1.1]
-    assert "paired: 1.20x 0.90x 1.10x" in e2e._note(mid)
+    # --alternate: every process's rounds pooled, times and per-round ratios alike
+    paired = [{**rec(ts[1]), "alternating": ["eager", "roofkit"], "step_times_ms": ts, "round_ratios": rs,
+               "paired_vs_first": rs[1], "steps": 3}
+              for ts, rs in (([4.0, 5.0, 9.0], [1.2, 1.3, 1.0]), ([6.0, 6.0, 6.0], [0.9, 0.95, 1.4]))]
+    both = e2e._combine(paired)
+    assert both["step_ms"] == 6.0 and both["steps"] == 6 and both["pooled"] == 2
+    assert both["paired_vs_first"] == pytest.approx((1.0 + 1.2) / 2) and both["process_paired"] == [1.3, 0.95]
+    assert both["tokens_per_s"] == 1e3 / 6.0
+    assert "in 6 alternating rounds of 2 processes" in e2e._note(both) and "paired: 1.30x 0.95x" in e2e._note(both)
 
 
 def test_e2e_alternating_runs_each_provider_in_one_process_as_alone():
@@ -396,12 +399,16 @@ def test_e2e_alternating_runs_each_provider_in_one_process_as_alone():
 def test_e2e_alternate_refuses_train_and_liger(capsys):
     from roofkit import e2e
 
-    for argv in (["--mode", "train", "--alternate"], ["--mode", "decode", "--providers", "eager", "liger", "--alternate"]):
+    for argv in (["--mode", "train", "--alternate"], ["--mode", "decode", "--providers", "eager", "liger", "--alternate"],
+                 ["--mode", "decode", "--providers", "roofkit", "--alternate"],
+                 ["--mode", "decode", "--providers", "eager", "eager", "roofkit"], ["--timeout", "nan"], ["--timeout", "-1"]):
         with pytest.raises(SystemExit) as err:
             e2e.main(argv)
         assert err.value.code == 2
     msg = capsys.readouterr().err
     assert "--alternate runs prefill and decode" in msg and "liger patches transformers' modules" in msg
+    assert "name eager among --providers" in msg and "names a provider twice" in msg
+    assert "must be a positive number of seconds, got nan" in msg and "got -1" in msg
 
 
 def test_e2e_cli_alternate_writes_paired_records(tmp_path):
@@ -418,3 +425,48 @@ def test_e2e_cli_alternate_writes_paired_records(tmp_path):
     assert recs["roofkit"]["alternating"] == ["eager", "roofkit"]  # (eager first whatever the order given)
     assert recs["roofkit"]["vs_eager"] == recs["roofkit"]["paired_vs_first"] and recs["eager"]["vs_eager"] == 1.0
     assert recs["roofkit"]["tokens_vs_eager"] == 1.0
+
+
+def test_e2e_alternating_eager_steps_call_no_roofkit_code_and_a_failure_stays_its_providers(monkeypatch):
+    # Eager's timed steps, alternating with roofkit's in one process, reach no roofkit function
+    # (roofkit's own steps do: the probe can see them); a provider that fails is recorded with its
+    # error while the others run; a patched model is refused as eager's.
+    import os
+
+    from roofkit import e2e
+
+    calls = {}
+    timed = e2e._Run.timed
+
+    def probed(self):
+        seen = []
+
+        def prof(frame, event, arg):
+            f = frame.f_code.co_filename
+            if event == "call" and f"{os.sep}roofkit{os.sep}" in f and not f.endswith("e2e.py"):
+                seen.append(frame.f_code.co_name)
+        sys.setprofile(prof)
+        try:
+            return timed(self)
+        finally:
+            sys.setprofile(None)
+            calls.setdefault(self.provider, []).extend(seen)
+
+    apply = e2e._apply
+
+    def breaking(provider, model, family, sharded=False):
+        if provider == "roofkit-sdpa":
+            raise RuntimeError("injected")
+        return apply(provider, model, family, sharded)
+
+    monkeypatch.setattr(e2e._Run, "timed", probed)
+    monkeypatch.setattr(e2e, "_apply", breaking)
+    base = dict(model="llama3-8b", layers=1, seq=8, batch=1, steps=2, warmup=0, decode_tokens=2, tiny=True)
+    recs = e2e._worker_alternating({**base, "mode": "decode", "providers": ["eager", "roofkit", "roofkit-sdpa"]})
+    assert [r["status"] for r in recs] == ["ok", "ok", "error"] and "injected" in recs[2]["error"]
+    assert calls["eager"] == [] and calls["roofkit"]  # (roofkit's steps reach roofkit's functions)
+    assert recs[1]["paired_vs_first"] > 0
+    model, _ = e2e._build({**base, "mode": "decode"}, torch.device("cpu"), torch.float32)
+    e2e._untouched(model)
+    with pytest.raises(RuntimeError, match="eager model was changed"):
+        e2e._untouched(roofkit.patch(model))

@@ -279,38 +279,71 @@ def _worker(spec: dict) -> dict:
 
 
 def _worker_alternating(spec: dict) -> list:
-    """Every provider of ``spec["providers"]`` in this one process, their timed steps alternating
-    (round r starts with provider r mod n): each provider's record, with ``paired_vs_first``, the
-    median over rounds of the first provider's time over its own in the same round. A host whose
-    speed drifts (shared CPUs: a decoded token moved by 2x between processes and within one) then
-    reaches every provider alike. Peak memory is not separable here (None). Providers that patch
-    a model only in place may share a process; the caller refuses the others."""
+    """Every provider of ``spec["providers"]`` (eager first) in this one process, their timed steps
+    alternating (round r starts with provider r mod n): each provider's record, with
+    ``paired_vs_first``, the median over rounds of the first provider's time over its own in the
+    same round. A host whose speed drifts (shared CPUs: a decoded token moved by 2x between
+    processes and within one) then reaches every provider alike. Peak memory is not separable
+    here (None); the first step's time is not the provider's alone (whoever runs first pays the
+    process's one-off costs). A provider that fails is recorded with its error and left out of the
+    later rounds; when the first one fails, no ratio is made. Providers that patch a model only in
+    place may share a process; the caller refuses the others."""
     from .harness.device import sm_clock_mhz
 
     device, dtype, _, _ = _device()
     providers = spec["providers"]
-    runs, firsts = [], []
+    base = {k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")}
+    runs, firsts, errors = {}, {}, {}
+
+    def failed(provider, err):
+        errors[provider] = f"{type(err).__name__}: {err}"[:600]
+        runs.pop(provider, None)
+
     for provider in providers:
-        runs.append(_Run(spec, provider, device, dtype, sharded=False))
-        firsts.append(runs[-1].first(spec["warmup"]))
+        try:
+            runs[provider] = _Run(spec, provider, device, dtype, sharded=False)
+            firsts[provider] = runs[provider].first(spec["warmup"])
+        except Exception as err:  # noqa: BLE001 (recorded: the others still run)
+            failed(provider, err)
+    if providers[0] == "eager" and "eager" in runs:
+        _untouched(runs["eager"].model)
     if device.type == "cuda":
         _busy(device, 0.2)
-    times = [[] for _ in runs]
+    times = {p: [] for p in providers}
     clocks = []
     for r in range(spec["steps"]):
-        for k in range(len(runs)):
-            i = (r + k) % len(runs)
-            times[i].append(runs[i].timed())
+        for k in range(len(providers)):
+            provider = providers[(r + k) % len(providers)]
+            if provider in runs:
+                try:
+                    times[provider].append(runs[provider].timed())
+                except Exception as err:  # noqa: BLE001
+                    failed(provider, err)
         if device.type == "cuda":
             clocks.append(sm_clock_mhz(device.index).get("sm_clock_mhz"))
     out = []
-    for run, ts, (first_s, loss0) in zip(runs, times, firsts):
-        rec = run.record(ts, clocks, first_s, loss0, None)
-        rec.update(world_size=1, rank=0, alternating=list(providers), step_times_ms=ts,
-                   paired_vs_first=statistics.median(a / b for a, b in zip(times[0], ts)))
-        out.append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")}, "provider": run.provider,
-                    "status": "ok", **rec})
+    first = providers[0]
+    for provider in providers:
+        if provider not in runs:
+            out.append({**base, "provider": provider, "status": "error", "error": errors[provider]})
+            continue
+        first_s, loss0 = firsts[provider]
+        ts = times[provider]
+        rec = runs[provider].record(ts, clocks, first_s, loss0, None)
+        ratios = [a / b for a, b in zip(times[first], ts)] if first in runs else []
+        rec.update(world_size=1, rank=0, alternating=list(providers), step_times_ms=ts, round_ratios=ratios,
+                   paired_vs_first=statistics.median(ratios) if ratios else None)
+        out.append({**base, "provider": provider, "status": "ok", **rec})
     return out
+
+
+def _untouched(model) -> None:
+    """Refuse to time an eager model that a patch in this process reached (its modules' classes
+    all transformers', its attention transformers' SDPA)."""
+    odd = sorted({type(m).__name__ for m in model.modules() if not type(m).__module__.startswith(("transformers", "torch"))})
+    if odd or model.config._attn_implementation != "sdpa":
+        raise RuntimeError(f"roofkit e2e --alternate: the eager model was changed in this process ({', '.join(odd)}; "
+                           f"attention {model.config._attn_implementation!r}): its figures would not be eager's")
 
 
 def _busy(device, seconds: float) -> None:
@@ -416,11 +449,20 @@ def main(argv=None) -> int:
                    help="run each provider in this many fresh processes, interleaved over the providers; the "
                         "record is the median process's, with every process's figure beside it (default: 1)")
     p.add_argument("--alternate", action="store_true",
-                   help="prefill / decode: run the providers in one process, their timed steps alternating, "
-                        "each record with its time over eager's in the same rounds (for a host-bound mode on "
-                        "a host whose speed drifts; peak memory is not recorded; not with liger, which "
-                        "patches transformers' modules for every model)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per provider process (default: 900)")
+                   help="prefill / decode: run the providers in one process, eager first, their timed steps "
+                        "alternating; each record's vs eager is the median over rounds of eager's time over its "
+                        "own (for a host-bound mode on a host whose speed drifts; peak memory is not recorded; "
+                        "needs eager; not with liger, which patches transformers' modules for every model)")
+
+    def seconds(text: str) -> float:
+        v = float(text)
+        if not (math.isfinite(v) and v > 0):
+            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        return v
+
+    p.add_argument("--timeout", type=seconds, default=900,
+                   help="seconds per provider process (--alternate: per provider, the process's being their sum; "
+                        "default: 900)")
     p.add_argument("--out", default="roofkit-out/e2e", help="folder for results.json, results.csv, e2e.png")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -449,6 +491,10 @@ def main(argv=None) -> int:
     tiny = not torch.cuda.is_available()
     if args.nproc > 1 and args.mode != "train":
         p.error("--nproc > 1 runs the train mode only (FSDP2 shards parameters, gradients and optimizer state)")
+    if len(set(args.providers)) != len(args.providers):
+        p.error(f"--providers names a provider twice: {' '.join(args.providers)}")
+    if args.alternate and "eager" not in args.providers:
+        p.error("--alternate pairs every provider with eager: name eager among --providers")
     if args.alternate and args.mode == "train":
         p.error("--alternate runs prefill and decode (a training step's memory and optimizer state are its own)")
     if args.alternate and "liger" in args.providers:
@@ -554,18 +600,22 @@ def _skip(spec: dict, provider: str, runs: dict) -> bool:
 
 def _combine(runs: list) -> dict:
     """One provider's record from its processes' (``--processes``): the process with the median
-    time (of those that ran; the lower middle of an even count; with ``--alternate``, a paired
-    provider's median ratio to the first provider), with every process's time in ``process_ms``
-    (and ratio in ``process_paired``); a provider no process of which ran keeps its first
-    process's record."""
-    def order(r):  # (``--alternate``: a paired provider's processes by their ratio to the first's)
-        paired = r.get("alternating") and r["provider"] != r["alternating"][0]
-        return (-r["paired_vs_first"] if paired else 0, r["step_ms"])
-
-    ok = sorted((r for r in runs if r["status"] == "ok"), key=order)
+    time (of those that ran; the lower middle of an even count), with every process's time in
+    ``process_ms``; with ``--alternate``, the rounds of every process pooled instead (the median
+    step time and the median of the per-round ratios over all of them), every process's ratio in
+    ``process_paired``; a provider no process of which ran keeps its first process's record."""
+    ok = sorted((r for r in runs if r["status"] == "ok"), key=lambda r: r["step_ms"])
     if not ok:
         return runs[0]
     rec = dict(ok[(len(ok) - 1) // 2])
+    if len(ok) > 1 and all(r.get("round_ratios") is not None and r.get("step_times_ms") for r in ok):
+        # --alternate: every process's rounds pooled (each round's ratio is within its process)
+        times = [t for r in ok for t in r["step_times_ms"]]
+        ratios = [x for r in ok for x in r["round_ratios"]]
+        ms = statistics.median(times)
+        rec.update(step_ms=ms, p20_ms=_quantile(times, 0.2), p80_ms=_quantile(times, 0.8), steps=len(times),
+                   tokens_per_s=rec["tokens_per_s"] * rec["step_ms"] / ms, step_times_ms=times, round_ratios=ratios,
+                   paired_vs_first=statistics.median(ratios) if ratios else None, pooled=len(ok))
     if len(runs) > 1:
         rec["process_ms"] = [r["step_ms"] if r["status"] == "ok" else None for r in runs]
         if any("paired_vs_first" in r for r in ok):
@@ -577,7 +627,8 @@ def _combine(runs: list) -> dict:
 def _note(r: dict) -> str:
     notes = ["roofkit AdamW"] if r.get("optimizer") == "roofkit.optim.AdamW" else []
     if r.get("alternating") and r["provider"] != r["alternating"][0]:
-        notes.append(f"paired with {r['alternating'][0]} in {r['steps']} alternating rounds")
+        of = f" of {r['pooled']} processes" if r.get("pooled") else ""
+        notes.append(f"paired with {r['alternating'][0]} in {r['steps']} alternating rounds{of}")
     if r.get("process_ms"):
         spread = [f"{ms:.2f}" if ms is not None else "failed" for ms in r["process_ms"]]
         notes.append(f"processes: {' '.join(spread)}")
@@ -624,12 +675,15 @@ def _plot(records, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     ok = [r for r in records if r["status"] == "ok"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    peaks = any(r.get("peak_bytes") for r in ok)  # (none with --alternate: the models share the GPU)
+    fig, axes = plt.subplots(1, 2 if peaks else 1, figsize=(10 if peaks else 5.5, 3.6), squeeze=False)
+    axes = axes[0]
     names = [r["provider"] for r in ok]
     axes[0].barh(names, [r["tokens_per_s"] for r in ok], color="tab:blue")
     axes[0].set_xlabel("tokens / s")
-    axes[1].barh(names, [(r.get("peak_bytes") or 0) / 2**30 for r in ok], color="tab:gray")
-    axes[1].set_xlabel("peak memory (GiB)")
+    if peaks:
+        axes[1].barh(names, [(r.get("peak_bytes") or 0) / 2**30 for r in ok], color="tab:gray")
+        axes[1].set_xlabel("peak memory (GiB)")
     for ax in axes:
         ax.invert_yaxis()
     fig.suptitle(title, fontsize=9)
