@@ -104,12 +104,6 @@ def e2e_table(runs) -> str:
         if mode != "train":  # (no loss, optimizer or memory story: one sentence)
             parts = [f"{r['provider']} {r['step_ms']:.1f}" + (f" ({r['vs_eager']:.2f}x)" if r.get("vs_eager") else "")
                      if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
-            if any(r.get("alternating") and r.get("process_ms") for r in records):  # (every process's figures)
-                parts = [f"{r['provider']} " + " ".join(f"{x:.1f}" if x else "failed" for x in r["process_ms"])
-                         + (f" ({r['vs_eager']:.2f}x; per process "
-                            + " ".join(f"{x:.2f}x" if x else "failed" for x in r["process_paired"]) + ")"
-                            if r.get("process_paired") and r["provider"] != "eager" and r.get("vs_eager") else "")
-                         if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
             procs = len(r0.get("process_ms") or ()) if r0.get("process_ms") else 0
             alternating = any(r.get("alternating") for r in records)
             steps = next((r["steps"] // (r.get("pooled") or 1) for r in records if r.get("steps")), None)
@@ -119,9 +113,19 @@ def e2e_table(runs) -> str:
                        + (" --alternate" if alternating else ""))
             of = " of the median process" if procs > 1 else ""
             of = " in each process" if procs > 1 and alternating else of
-            vs = ("vs eager: the median over rounds of eager's time over the provider's, the providers alternating "
-                  "in one process") if alternating else "vs eager"
-            out += [f"End to end, {mode} (`{command}`, {env.get('gpu', '?')}, {date[:10]}; {path}), {unit}{of} "
+            vs = ("a ratio to eager is the median over rounds of eager's time over the provider's, the providers "
+                  "alternating in one process") if alternating else "vs eager"
+            lead = ""
+            if alternating:  # (the result first: each provider's ratio to eager, then the figures and the method)
+                lead = "; ".join(f"{r['provider']} {r['vs_eager']:.2f}x eager" + (
+                    " (" + " ".join(f"{x:.2f}x" if x else "failed" for x in r["process_paired"]) + " per process)"
+                    if r.get("process_paired") else "") for r in records
+                    if r["provider"] != "eager" and r.get("status") == "ok" and r.get("vs_eager")) + ". "
+                parts = [f"{r['provider']} " + " ".join(f"{x:.1f}" if x else "failed" for x in r["process_ms"])
+                         if r.get("status") == "ok" and r.get("process_ms") else
+                         f"{r['provider']} {r['step_ms']:.1f}" if r.get("status") == "ok"
+                         else f"{r['provider']} {r.get('status')}" for r in records]
+            out += [f"End to end, {mode}{': ' + lead if lead else ' '}(`{command}`, {env.get('gpu', '?')}, {date[:10]}; {path}), {unit}{of} "
                     f"({vs}): " + ", ".join(parts) + ".", ""]
             continue
         out += [f"End to end (`roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch "

@@ -371,7 +371,7 @@ def test_e2e_combines_a_providers_processes_by_the_median():
     assert both["step_ms"] == 6.0 and both["steps"] == 6 and both["pooled"] == 2
     assert both["paired_vs_first"] == pytest.approx((1.0 + 1.2) / 2) and both["process_paired"] == [1.3, 0.95]
     assert both["tokens_per_s"] == 1e3 / 6.0
-    assert "in 6 alternating rounds of 2 processes" in e2e._note(both) and "paired: 1.30x 0.95x" in e2e._note(both)
+    assert "in 3 alternating rounds in each of 2 processes" in e2e._note(both) and "paired: 1.30x 0.95x" in e2e._note(both)
 
 
 def test_e2e_alternating_runs_each_provider_in_one_process_as_alone():
@@ -470,3 +470,31 @@ def test_e2e_alternating_eager_steps_call_no_roofkit_code_and_a_failure_stays_it
     e2e._untouched(model)
     with pytest.raises(RuntimeError, match="eager model was changed"):
         e2e._untouched(roofkit.patch(model))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_patched_forward_hands_the_cache_on_by_the_name_transformers_takes(training):
+    # A caller's past_key_values reaches the model by the name its forward takes (transformers
+    # renamed it to cache, warning at the old name): no FutureWarning from the patched forward,
+    # and the cached steps give the uncached logits (training with labels: the fused loss's).
+    import warnings
+
+    import torch.nn.functional as F
+    from transformers import DynamicCache
+
+    model = roofkit.patch(_model("llama", "cpu")).train(training)
+    ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(input_ids=ids).logits if not training else model.eval()(input_ids=ids).logits
+        model.train(training)
+        cache = DynamicCache(config=model.config)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            model(input_ids=ids[:, :-2], past_key_values=cache, use_cache=True)
+            out = model(input_ids=ids[:, -2:], past_key_values=cache, use_cache=True,
+                        labels=ids[:, -2:] if training else None)
+    assert cache.get_seq_length() == 6
+    if training:  # (the fused loss makes no logits: its loss is the one of the uncached logits)
+        torch.testing.assert_close(out.loss, F.cross_entropy(full[:, 4], ids[:, 5]), rtol=1e-4, atol=1e-5)
+    else:
+        torch.testing.assert_close(out.logits, full[:, -2:], rtol=1e-4, atol=1e-4)

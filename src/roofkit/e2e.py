@@ -510,7 +510,9 @@ def main(argv=None) -> int:
         spec.update(layers=min(args.layers, 2), seq=min(args.seq, 32), batch=min(spec["batch"], 2),
                     steps=min(args.steps, 2), warmup=0, decode_tokens=min(args.decode_tokens, 4))
         console.print("[yellow]No GPU: a tiny configuration of the model through the Triton interpreter (a check "
-                      "that it runs; the times are not measurements)[/yellow]")
+                      f"that it runs; the times are not measurements): hidden size {TINY['hidden_size']}, "
+                      f"{spec['layers']} layer(s), batch {spec['batch']} x {spec['seq']}, {spec['steps']} step(s), "
+                      f"no warm-up, {spec['decode_tokens']} decoded token(s) a step[/yellow]")
     if not tiny and args.nproc == 1:
         from .harness.device import gpu_local_cpus
 
@@ -627,8 +629,9 @@ def _combine(runs: list) -> dict:
 def _note(r: dict) -> str:
     notes = ["roofkit AdamW"] if r.get("optimizer") == "roofkit.optim.AdamW" else []
     if r.get("alternating") and r["provider"] != r["alternating"][0]:
-        of = f" of {r['pooled']} processes" if r.get("pooled") else ""
-        notes.append(f"paired with {r['alternating'][0]} in {r['steps']} alternating rounds{of}")
+        rounds = r["steps"] // (r.get("pooled") or 1)
+        of = f" in each of {r['pooled']} processes" if r.get("pooled") else ""
+        notes.append(f"paired with {r['alternating'][0]} in {rounds} alternating rounds{of}")
     if r.get("process_ms"):
         spread = [f"{ms:.2f}" if ms is not None else "failed" for ms in r["process_ms"]]
         notes.append(f"processes: {' '.join(spread)}")

@@ -141,23 +141,37 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
     return out.transpose(1, 2).contiguous(), None
 
 
+@functools.cache
+def _cache_argument(forward) -> str:
+    """The name ``forward`` takes the KV cache by: transformers renames ``past_key_values`` to
+    ``cache`` (and warns when a caller still uses the old name)."""
+    try:
+        return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    except (TypeError, ValueError):
+        return "past_key_values"
+
+
 def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                        inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):
     # (only the arguments given are passed on: transformers renames and deprecates some)
     given = {k: v for k, v in dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                   past_key_values=past_key_values, inputs_embeds=inputs_embeds,
-                                   use_cache=use_cache).items() if v is not None}
+                                   inputs_embeds=inputs_embeds, use_cache=use_cache).items() if v is not None}
     head = self.lm_head
     if (labels is None or not self.training or type(head) is not torch.nn.Linear or head.bias is not None
             or head._forward_hooks or head._forward_pre_hooks):
         # (a wrapped or hooked head, e.g. an adapter, runs as the model runs it)
-        return super(type(self), self).forward(**given, labels=labels, logits_to_keep=logits_to_keep, **kwargs)
+        forward = super(type(self), self).forward
+        if past_key_values is not None:
+            given[_cache_argument(forward.__func__)] = past_key_values
+        return forward(**given, labels=labels, logits_to_keep=logits_to_keep, **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     num_items = kwargs.pop("num_items_in_batch", None)
     ignore_index = kwargs.pop("ignore_index", -100)
     shift_labels = kwargs.pop("shift_labels", None)
     return_dict = kwargs.pop("return_dict", None)
+    if past_key_values is not None:
+        given[_cache_argument(type(self.model).forward)] = past_key_values
     outputs = self.model(**given, return_dict=True, **kwargs)
     hidden = outputs.last_hidden_state
     # transformers' causal-LM loss: labels shifted left, the last position ignored (or the
