@@ -104,7 +104,7 @@ def e2e_table(runs) -> str:
         if mode != "train":  # (no loss, optimizer or memory story: one sentence)
             parts = [f"{r['provider']} {r['step_ms']:.1f}" + (f" ({r['vs_eager']:.2f}x)" if r.get("vs_eager") else "")
                      if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
-            procs = len(r0.get("process_ms") or ()) if r0.get("process_ms") else 0
+            procs = max((len(r.get("process_ms") or ()) for r in records), default=0)
             alternating = any(r.get("alternating") for r in records)
             steps = next((r["steps"] // (r.get("pooled") or 1) for r in records if r.get("steps")), None)
             command = (f"roofkit e2e --model {r0['model']} --layers {r0['layers']} --mode {mode} --batch {r0['batch']} "
@@ -118,9 +118,11 @@ def e2e_table(runs) -> str:
             lead = ""
             if alternating:  # (the result first: each provider's ratio to eager, then the figures and the method)
                 lead = "; ".join(f"{r['provider']} {r['vs_eager']:.2f}x eager" + (
-                    " (" + " ".join(f"{x:.2f}x" if x else "failed" for x in r["process_paired"]) + " per process)"
+                    (" (pooled rounds; " if r.get("pooled") else " (median process; ")
+                    + " ".join(f"{x:.2f}x" if x else "none" for x in r["process_paired"]) + " per process)"
                     if r.get("process_paired") else "") for r in records
-                    if r["provider"] != "eager" and r.get("status") == "ok" and r.get("vs_eager")) + ". "
+                    if r["provider"] != "eager" and r.get("status") == "ok" and r.get("vs_eager"))
+                lead = lead + ". " if lead else ""
                 parts = [f"{r['provider']} " + " ".join(f"{x:.1f}" if x else "failed" for x in r["process_ms"])
                          if r.get("status") == "ok" and r.get("process_ms") else
                          f"{r['provider']} {r['step_ms']:.1f}" if r.get("status") == "ok"

@@ -394,6 +394,11 @@ def test_e2e_alternating_runs_each_provider_in_one_process_as_alone():
     with tempfile.TemporaryDirectory() as out:
         e2e._write(out, {}, base, records)
     assert ours["vs_eager"] == paired and "paired with eager in 3 alternating rounds" in e2e._note(ours)
+    # a process where eager failed gives no ratio: vs eager falls back to the ratio of tokens/s
+    alone = {**ours, "paired_vs_first": None, "round_ratios": []}
+    with tempfile.TemporaryDirectory() as out:
+        e2e._write(out, {}, base, [eager, alone])
+    assert alone["vs_eager"] == pytest.approx(alone["tokens_per_s"] / eager["tokens_per_s"])
 
 
 def test_e2e_alternate_refuses_train_and_liger(capsys):
@@ -401,14 +406,15 @@ def test_e2e_alternate_refuses_train_and_liger(capsys):
 
     for argv in (["--mode", "train", "--alternate"], ["--mode", "decode", "--providers", "eager", "liger", "--alternate"],
                  ["--mode", "decode", "--providers", "roofkit", "--alternate"],
-                 ["--mode", "decode", "--providers", "eager", "eager", "roofkit"], ["--timeout", "nan"], ["--timeout", "-1"]):
+                 ["--mode", "decode", "--providers", "eager", "eager", "roofkit"], ["--timeout", "nan"], ["--timeout", "-1"],
+                 ["--timeout", "3e6"]):
         with pytest.raises(SystemExit) as err:
             e2e.main(argv)
         assert err.value.code == 2
     msg = capsys.readouterr().err
     assert "--alternate runs prefill and decode" in msg and "liger patches transformers' modules" in msg
     assert "name eager among --providers" in msg and "names a provider twice" in msg
-    assert "must be a positive number of seconds, got nan" in msg and "got -1" in msg
+    assert "must be a positive number of seconds up to 1e5, got nan" in msg and "got -1" in msg and "got 3e6" in msg
 
 
 def test_e2e_cli_alternate_writes_paired_records(tmp_path):
@@ -494,6 +500,12 @@ def test_patched_forward_hands_the_cache_on_by_the_name_transformers_takes(train
             out = model(input_ids=ids[:, -2:], past_key_values=cache, use_cache=True,
                         labels=ids[:, -2:] if training else None)
     assert cache.get_seq_length() == 6
+    if not training:  # compiled whole (no graph break) with the cache passed along, as decoding does
+        compiled, cache = torch.compile(model, backend="eager", fullgraph=True), DynamicCache(config=model.config)
+        with torch.no_grad():
+            compiled(input_ids=ids[:, :-2], past_key_values=cache, use_cache=True)
+            again = compiled(input_ids=ids[:, -2:], past_key_values=cache, use_cache=True).logits
+        torch.testing.assert_close(again, full[:, -2:], rtol=1e-4, atol=1e-4)
     if training:  # (the fused loss makes no logits: its loss is the one of the uncached logits)
         torch.testing.assert_close(out.loss, F.cross_entropy(full[:, 4], ids[:, 5]), rtol=1e-4, atol=1e-5)
     else:

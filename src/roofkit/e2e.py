@@ -340,7 +340,8 @@ def _worker_alternating(spec: dict) -> list:
 def _untouched(model) -> None:
     """Refuse to time an eager model that a patch in this process reached (its modules' classes
     all transformers', its attention transformers' SDPA)."""
-    odd = sorted({type(m).__name__ for m in model.modules() if not type(m).__module__.startswith(("transformers", "torch"))})
+    odd = sorted({type(m).__name__ for m in model.modules()
+                  if not type(m).__module__.startswith(("transformers.", "torch."))})
     if odd or model.config._attn_implementation != "sdpa":
         raise RuntimeError(f"roofkit e2e --alternate: the eager model was changed in this process ({', '.join(odd)}; "
                            f"attention {model.config._attn_implementation!r}): its figures would not be eager's")
@@ -456,8 +457,8 @@ def main(argv=None) -> int:
 
     def seconds(text: str) -> float:
         v = float(text)
-        if not (math.isfinite(v) and v > 0):
-            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        if not (math.isfinite(v) and 0 < v <= 1e5):
+            raise argparse.ArgumentTypeError(f"must be a positive number of seconds up to 1e5, got {text}")
         return v
 
     p.add_argument("--timeout", type=seconds, default=900,
@@ -636,7 +637,7 @@ def _note(r: dict) -> str:
         spread = [f"{ms:.2f}" if ms is not None else "failed" for ms in r["process_ms"]]
         notes.append(f"processes: {' '.join(spread)}")
         if r.get("process_paired") and r["provider"] != r["alternating"][0]:
-            notes.append(f"paired: {' '.join(f'{x:.2f}x' if x else 'failed' for x in r['process_paired'])}")
+            notes.append(f"paired: {' '.join(f'{x:.2f}x' if x else 'none' for x in r['process_paired'])}")
     low, top = r.get("sm_clock_min_mhz"), r.get("sm_clock_max_mhz")
     if low and top and low < 0.9 * top:  # (the figure is then not at the working clock)
         notes.append(f"SM clock down to {low} MHz")
@@ -649,7 +650,8 @@ def _write(out: str, env: dict, spec: dict, records: list) -> None:
     for r in records:
         if r["status"] == "ok" and eager:
             r["vs_eager"] = r["tokens_per_s"] / eager["tokens_per_s"]
-            if (r.get("alternating") or [None])[0] == "eager" and r.get("alternating") == eager.get("alternating"):
+            if ((r.get("alternating") or [None])[0] == "eager" and r.get("alternating") == eager.get("alternating")
+                    and r.get("paired_vs_first") is not None):
                 # the median over rounds of eager's time over this provider's in the same round
                 r["vs_eager"] = r["paired_vs_first"]
             if r.get("peak_bytes") and eager.get("peak_bytes"):

@@ -141,10 +141,10 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
     return out.transpose(1, 2).contiguous(), None
 
 
-@functools.cache
 def _cache_argument(forward) -> str:
     """The name ``forward`` takes the KV cache by: transformers renames ``past_key_values`` to
-    ``cache`` (and warns when a caller still uses the old name)."""
+    ``cache`` (and warns when a caller still uses the old name). Asked at patch time: the patched
+    forward reads the answer as a string attribute (torch.compile traces no signature)."""
     try:
         return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
     except (TypeError, ValueError):
@@ -160,10 +160,9 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
     if (labels is None or not self.training or type(head) is not torch.nn.Linear or head.bias is not None
             or head._forward_hooks or head._forward_pre_hooks):
         # (a wrapped or hooked head, e.g. an adapter, runs as the model runs it)
-        forward = super(type(self), self).forward
         if past_key_values is not None:
-            given[_cache_argument(forward.__func__)] = past_key_values
-        return forward(**given, labels=labels, logits_to_keep=logits_to_keep, **kwargs)
+            given[self._roofkit_cache_names[0]] = past_key_values
+        return super(type(self), self).forward(**given, labels=labels, logits_to_keep=logits_to_keep, **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     num_items = kwargs.pop("num_items_in_batch", None)
@@ -171,7 +170,7 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
     shift_labels = kwargs.pop("shift_labels", None)
     return_dict = kwargs.pop("return_dict", None)
     if past_key_values is not None:
-        given[_cache_argument(type(self.model).forward)] = past_key_values
+        given[self._roofkit_cache_names[1]] = past_key_values
     outputs = self.model(**given, return_dict=True, **kwargs)
     hidden = outputs.last_hidden_state
     # transformers' causal-LM loss: labels shifted left, the last position ignored (or the
@@ -497,7 +496,10 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, rope: bool = True, m
                         _swap(m, forward)
     if loss:
         if isinstance(model, lm_cls):
+            inner = getattr(mod, f"{prefix}Model", None)
+            names = (_cache_argument(lm_cls.forward), _cache_argument(inner.forward) if inner else "past_key_values")
             if _swap(model, _causal_lm_forward):
+                model._roofkit_cache_names = names
                 count["loss"] = "linear_cross_entropy"
             else:
                 summary.left["loss"] = "the model has a forward of its own (hooks?)"
