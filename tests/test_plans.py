@@ -54,6 +54,10 @@ _CALLS = {
     "quantize": lambda g: ((torch.randn(8, 32, generator=g),), {"axis": 0}),
     "cross_entropy": lambda g: ((torch.randn(6, 40, generator=g), torch.randint(0, 40, (6,), generator=g)),
                                 {"label_smoothing": 0.1}),
+    # (its output dtype comes from torch.promote_types, which reaches the dispatcher)
+    "rope": lambda g: ((torch.randn(1, 1, 4, 16, generator=g).transpose(1, 2), torch.randn(1, 1, 2, 16, generator=g)
+                        .transpose(1, 2), torch.randn(1, 1, 16, generator=g), torch.randn(1, 1, 16, generator=g)), {}),
+    "swiglu": lambda g: ((torch.randn(3, 40, generator=g), torch.randn(3, 40, generator=g)), {}),
 }
 
 
@@ -78,6 +82,8 @@ def test_replay_matches_the_call_on_new_values(name, device):
         assert isinstance(plan, Unplanned) and "host" in plan.why, plan
     else:
         assert isinstance(plan, Plan), plan
+        # every op the public call made is replayed through its own plan (none runs as written)
+        assert "(unplanned)" not in plan.describe(), plan.describe()
 
 
 def test_registry_cases_pass_through_plans(device):

@@ -982,7 +982,16 @@ class _Recorder(_TorchDispatchMode):
         return out
 
 
+# Operations on metadata the plan key fixes (dtypes), never on values: no step (the Python that
+# uses their result decided the same for every call of the key). torch.promote_types reaches the
+# dispatcher (an op asking for its output dtype would otherwise never be planned).
+_KEY_FIXED = {_aten.promote_types.default, _aten.result_type.Tensor, _aten.result_type.Scalar,
+              _aten.result_type.Scalar_Tensor, _aten.result_type.Scalar_Scalar}
+
+
 def _record_aten(frame: _Frame, func, args, kwargs, out):
+    if func in _KEY_FIXED:
+        return
     tags = func.tags
     if torch.Tag.data_dependent_output in tags or torch.Tag.dynamic_output_shape in tags:
         raise _Refused(f"{func} reads tensor values on the host")
