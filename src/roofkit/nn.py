@@ -96,7 +96,7 @@ def gated_mlp_forward(mlp: torch.nn.Module, x: torch.Tensor, activation: str, pr
     makes the product again in the backward instead of saving it."""
     gate, up = mlp.gate_proj(x), mlp.up_proj(x)
     down = mlp.down_proj
-    if glu_linear_stands_for(down, gate.dtype) and needs_grad(gate, up, down.weight, down.bias):
+    if needs_grad(gate, up, down.weight, down.bias) and glu_linear_stands_for(down, gate.dtype):  # (cheap test first)
         return glu_linear(gate, up, down.weight, down.bias, activation=activation)
     return down(product(gate, up))
 
