@@ -102,8 +102,6 @@ def e2e_table(runs) -> str:
         r0 = records[0]
         unit = "ms / token" if mode == "decode" else "ms / step"
         if mode != "train":  # (no loss, optimizer or memory story: one sentence)
-            parts = [f"{r['provider']} {r['step_ms']:.1f}" + (f" ({r['vs_eager']:.2f}x)" if r.get("vs_eager") else "")
-                     if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
             procs = max((len(r.get("process_ms") or ()) for r in records), default=0)
             alternating = any(r.get("alternating") for r in records)
             steps = next((r["steps"] // (r.get("pooled") or 1) for r in records if r.get("steps")), None)
@@ -111,11 +109,12 @@ def e2e_table(runs) -> str:
                        f"--seq {r0['seq']} --providers {' '.join(r['provider'] for r in records)}"
                        + (f" --steps {steps}" if steps else "") + (f" --processes {procs}" if procs > 1 else "")
                        + (" --alternate" if alternating else ""))
-            of = " of the median process" if procs > 1 else ""
-            of = " in each process" if procs > 1 and alternating else of
+            of = (" in each process" if alternating else " of the median process") if procs > 1 else ""
             vs = ("a ratio to eager is the median over rounds of eager's time over the provider's, the providers "
                   "alternating in one process") if alternating else "vs eager"
             lead = ""
+            parts = [f"{r['provider']} {r['step_ms']:.1f}" + (f" ({r['vs_eager']:.2f}x)" if r.get("vs_eager") else "")
+                     if r.get("status") == "ok" else f"{r['provider']} {r.get('status')}" for r in records]
             if alternating:  # (the result first: each provider's ratio to eager, then the figures and the method)
                 lead = "; ".join(f"{r['provider']} {r['vs_eager']:.2f}x eager" + (
                     (" (pooled rounds; " if r.get("pooled") else " (median process; ")

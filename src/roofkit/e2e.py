@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import json
 import math
 import os
@@ -185,9 +184,9 @@ class _Run:
             # its next-token choice at each step is then compared with eager's on the same inputs (with
             # greedy feeding, one near tie that 16-bit rounding flips would change every later input).
             feed = torch.randint(0, vocab, (1, new), device=device, generator=g)
-            # the cache argument's name (transformers renames past_key_values to cache)
-            inner = getattr(model, "_orig_mod", model)
-            name = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+            from .integration import _cache_argument
+
+            name = _cache_argument(getattr(model, "_orig_mod", model).forward)
             self.tokens, self.check = 1, []
             check = self.check
 
@@ -292,7 +291,7 @@ def _worker_alternating(spec: dict) -> list:
 
     device, dtype, _, _ = _device()
     providers = spec["providers"]
-    base = {k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")}
+    base = _base(spec)
     runs, firsts, errors = {}, {}, {}
 
     def failed(provider, err):
@@ -378,8 +377,7 @@ def _run_provider(spec: dict, timeout: float) -> dict | list:
         cmd[1:3] = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec['nproc']}", "-m",
                     "roofkit.e2e"]
     names = spec.get("providers") or [spec["provider"]]
-    base = [{**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")}, "provider": name,
-             "world_size": spec.get("nproc", 1)} for name in names]
+    base = [{**_base(spec), "provider": name, "world_size": spec.get("nproc", 1)} for name in names]
 
     def failed(why: str):
         out = [{**rec, "status": "error", "error": why} for rec in base]
@@ -592,12 +590,16 @@ def _run_all(args, spec: dict, env: dict, console) -> list:
     return records
 
 
+def _base(spec: dict) -> dict:
+    """What every record of a run names: the model, layers, mode and shape."""
+    return {k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")}
+
+
 def _skip(spec: dict, provider: str, runs: dict) -> bool:
     """True (and a "skipped" record added to ``runs``) when ``provider`` cannot run here."""
     why = _provider_available(provider)
     if why:
-        runs[provider].append({**{k: spec[k] for k in ("model", "layers", "mode", "batch", "seq")},
-                               "provider": provider, "status": "skipped", "error": why})
+        runs[provider].append({**_base(spec), "provider": provider, "status": "skipped", "error": why})
     return bool(why)
 
 

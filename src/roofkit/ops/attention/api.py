@@ -203,7 +203,7 @@ def _segments_of(op: str, segment_ids, q: torch.Tensor, k: torch.Tensor) -> torc
         if ids.dim() != 2 or ids.shape[0] not in (1, B) or ids.shape[1] != n:
             raise ValueError(f"roofkit.{op}: {name} must have shape ({B}, {n}) (or (1, {n})); got {tuple(ids.shape)}")
     dtype = pair[0].dtype
-    if pair[1].dtype != dtype:  # (decided here, not by torch.promote_types: plans record no dtype query)
+    if pair[1].dtype != dtype:  # (int64, not torch.promote_types: it holds every value of either dtype)
         wide = (torch.uint16, torch.uint32, torch.uint64)
         if dtype in wide or pair[1].dtype in wide:
             names = (str(t.dtype).removeprefix("torch.") for t in pair)
