@@ -433,14 +433,14 @@ from triton.experimental.gluon._runtime import GluonASTSource
 ce = importlib.import_module("roofkit.ops.cross_entropy")
 k = ce._ce_smem
 out = []
-for c, smooth in json.loads(sys.argv[1]):
+for c, smooth, mode in json.loads(sys.argv[1]):
     nch = triton.cdiv(c, k.CH)
     nr = min(nch, (232448 - ce.SMEM_RESERVE) // (k.CH * 2))
     group, lag = ce._smem_grouping(nr)
     sig = {"x_ptr": "*bf16", "t_ptr": "*i64", "scal_ptr": "*fp32", "loss_ptr": "*fp32", "grad_ptr": "*bf16",
            "M": "i32", "C": "i32", "stride_xm": "i32", "stride_t": "i32", "ignore_index": "i64",
            "label_smoothing": "fp32"}
-    consts = {"SMOOTH": smooth, "MEAN": True, "CH": k.CH, "VEC": k.VEC, "NR": nr, "NT": nch - nr,
+    consts = {"SMOOTH": smooth, "MEAN": mode == 0, "MODE": mode, "CH": k.CH, "VEC": k.VEC, "NR": nr, "NT": nch - nr,
               "NUM_WARPS": k.NUM_WARPS, "GROUP": group, "LAG": lag, "LOG2E": k.LOG2E, "LN2": k.LN2}
     sig.update({name: "constexpr" for name in consts})
     attrs = {(0,): [["tt.divisibility", 16]], (4,): [["tt.divisibility", 16]]}
@@ -448,7 +448,7 @@ for c, smooth in json.loads(sys.argv[1]):
                               target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": k.NUM_WARPS, "enable_fp_fusion": False})
     ptx = compiled.asm["ptx"]
-    out.append({"c": c, "resident_bytes": nr * k.CH * 2, "shared": compiled.metadata.shared,
+    out.append({"c": c, "mode": mode, "resident_bytes": nr * k.CH * 2, "shared": compiled.metadata.shared,
                 "cp_async_16": "cp.async.cg.shared.global" in ptx and ", 0x10," in ptx,
                 "ex2_ftz": "ex2.approx.ftz.f32" in ptx})
 print(json.dumps(out))
@@ -471,12 +471,13 @@ def test_cross_entropy_smem_kernel_compiles_for_sm90_within_its_shared_memory(tm
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     src = str(pathlib.Path(ce_module.__file__).resolve().parents[2])  # the directory holding roofkit/
     env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH", "")] if p)
-    configs = [[128256, False], [32000, True], [9000, False]]
+    # (classes, label smoothing, MODE: 0 cross-entropy, 1 softmax, 2 log_softmax)
+    configs = [[128256, False, 0], [32000, True, 0], [9000, False, 0], [128256, False, 1], [128256, False, 2]]
     run = subprocess.run([sys.executable, "-c", _COMPILE_SMEM_KERNEL, json.dumps(configs)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.strip().splitlines()[-1])
-    assert [r["c"] for r in results] == [c for c, _ in configs]
+    assert [(r["c"], r["mode"]) for r in results] == [(c, mode) for c, _, mode in configs]
     for r in results:
         assert r["resident_bytes"] <= r["shared"] <= r["resident_bytes"] + ce_module.SMEM_RESERVE, r
         assert r["cp_async_16"] and r["ex2_ftz"], r

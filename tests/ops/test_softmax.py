@@ -220,3 +220,71 @@ def test_softmax_cost_counts_one_read_one_write():
     assert math.isclose(softmax_module.softmax_cost(fb, torch.bfloat16).flops, 9 * 32)
 
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_softmax_long_rows_take_the_staged_row_kernel_and_match_the_reference(op, dtype, tunables):
+    # Rows of 128256 (more rows than SMs) run through cross_entropy's staged-row kernel (MODE 1 /
+    # 2): checked against float64 and against the online two-pass kernel, with rows of only
+    # -inf (NaN, as torch), a NaN, +inf, -inf among finite values, and logits past 2**31 in
+    # magnitude (exact exponents: the cross-entropy form's fl(m * log2 e) would be off there).
+    ce = importlib.import_module("roofkit.ops.cross_entropy")
+    fn = getattr(roofkit, op)
+    g = torch.Generator(device="cuda").manual_seed(11)
+    m, c = 264, 128256
+    x = 4 * torch.randn(m, c, device="cuda", generator=g)
+    x[1] = -math.inf
+    x[2, 77] = math.nan
+    x[3, 5] = math.inf
+    x[4, ::3] = -math.inf
+    if dtype == torch.bfloat16:
+        x[5] = x[5] + 3e9
+        x[6] = x[6] * 1e4 - 5e9
+    x = x.to(dtype)
+    assert ce._smem_plan(x, True, False) is not None
+    ce._SMEM_PROGRAMS_PER_SM.clear()
+    staged = fn(x, dim=-1)
+    assert ce._SMEM_PROGRAMS_PER_SM and not ce._SMEM_FAILED  # built and launched, no fallback
+    tunables("cross_entropy", SMEM_PATH=False)
+    online = fn(x, dim=-1)
+    ref = getattr(torch, op)(x.double(), dim=-1)
+    assert staged.dtype == dtype and staged.shape == x.shape
+    for got in (staged, online):
+        torch.testing.assert_close(got.double(), ref.to(dtype).double(), rtol=2 ** -6, atol=1e-6, equal_nan=True)
+    torch.testing.assert_close(staged, online, rtol=2 ** -6, atol=1e-6, equal_nan=True)
+    # The gradient flows from the staged output: the backward reads the saved (rounded) output
+    # y, so the float64 gradient is formed from that y (log_softmax's exp(y) of a 16-bit y is
+    # only as exact as y).
+    xg = x.clone().requires_grad_(True)
+    dy = torch.randn(m, c, device="cuda", generator=g).to(dtype)
+    y = fn(xg, dim=-1)
+    (gx,) = torch.autograd.grad(y, xg, dy)
+    ok = torch.isfinite(x).all(dim=1)
+    ok[3] = ok[5] = ok[6] = False
+    yd, dyd = y.detach().double(), dy.double()
+    gref = (yd * (dyd - (dyd * yd).sum(-1, keepdim=True)) if op == "softmax"
+            else dyd - yd.exp() * dyd.sum(-1, keepdim=True))
+    torch.testing.assert_close(gx[ok].double(), gref[ok], rtol=2 ** -6, atol=2e-5)
+
+
+def test_softmax_staged_path_asks_cross_entropys_kernel_for_its_mode(monkeypatch):
+    # The host side of the staged-row path without a GPU: softmax asks for MODE 1, log_softmax
+    # for MODE 2, the output rows as the kernel's gradient and loss pointers; a non-contiguous
+    # output or a refused plan leaves the Triton kernels (False).
+    ce = importlib.import_module("roofkit.ops.cross_entropy")
+    calls = []
+    monkeypatch.setattr(ce, "_smem_plan", lambda x, grad, weight: ce.SmemPlan(3, 1) if grad and not weight else None)
+    monkeypatch.setattr(ce, "_smem_launch", lambda plan, args, consts, m, device, op="": calls.append(
+        (plan, args, consts, m, op)) or True)
+    x = torch.randn(6, 40)
+    y = torch.empty(6, 40)
+    for log, mode, name in ((False, 1, "softmax"), (True, 2, "log_softmax")):
+        assert softmax_module._staged(x, y, log) is True
+        plan, args, consts, m, op = calls.pop()
+        assert plan == ce.SmemPlan(3, 1) and consts["MODE"] == mode and op == name and m == 6
+        assert args[0] is x and args[3] is y and args[4] is y and args[5:8] == (6, 40, 40)
+    assert softmax_module._staged(x, torch.empty(40, 6).t(), False) is False and not calls
+    monkeypatch.setattr(ce, "_smem_plan", lambda x, grad, weight: None)
+    assert softmax_module._staged(x, y, False) is False and not calls

@@ -60,29 +60,44 @@ def _exp2(x):
 
 
 @gluon.jit
-def _online_update(x, m_t, s_t, LOG2E: gl.constexpr):
+def _online_update(x, m_t, s_t, LOG2E: gl.constexpr, EXACT: gl.constexpr):
     """Per-thread online max / rescaled sum of exp over the VEC classes each thread row holds
     (one exponential per logit, one per VEC for the rescale); rows with nothing finite yet keep
-    max -inf and sum 0."""
+    max -inf and sum 0. EXACT: exponents (x - m) * log2 e (exact at any magnitude, one more
+    instruction per logit), else x * log2 e - fl(m * log2 e) by one FMA."""
     m_new = gl.maximum(m_t, gl.max(x, axis=1))
-    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new) * LOG2E
-    alpha = _exp2(m_t * LOG2E - m_safe)
-    e = _exp2(gl.fma(x, LOG2E, -gl.expand_dims(m_safe, 1)))
+    m_zero = gl.where(m_new == -float("inf"), 0.0, m_new)
+    if EXACT:
+        alpha = _exp2((m_t - m_zero) * LOG2E)
+        e = _exp2((x - gl.expand_dims(m_zero, 1)) * LOG2E)
+    else:
+        m_safe = m_zero * LOG2E
+        alpha = _exp2(m_t * LOG2E - m_safe)
+        e = _exp2(gl.fma(x, LOG2E, -gl.expand_dims(m_safe, 1)))
     return m_new, s_t * alpha + gl.sum(e, axis=1)
 
 
 @gluon.jit
-def _chunk_grad(x, ml, a_s, c, SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
-    g = _exp2(gl.fma(x, LOG2E, -ml)) * a_s
-    if SMOOTH:
-        g = g - c
+def _chunk_grad(x, ml, a_s, c, SMOOTH: gl.constexpr, LOG2E: gl.constexpr, MODE: gl.constexpr):
+    """What pass B writes for logits x: cross-entropy's gradient a / s * p - c (MODE 0, ``ml`` =
+    fl(m log2 e)); softmax's p / s (MODE 1, ``ml`` = m, exact exponents); log_softmax's
+    (x - m) - log s (MODE 2, ``ml`` = m, ``a_s`` = log s)."""
+    if MODE == 2:
+        g = (x - ml) - a_s
+    elif MODE == 1:
+        g = _exp2((x - ml) * LOG2E) * a_s
+    else:
+        g = _exp2(gl.fma(x, LOG2E, -ml)) * a_s
+        if SMOOTH:
+            g = g - c
     return g
 
 
 @gluon.jit
-def _pass_a(x, m_t, s_t, sx_t, mask, MASKED: gl.constexpr, SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
+def _pass_a(x, m_t, s_t, sx_t, mask, MASKED: gl.constexpr, SMOOTH: gl.constexpr, LOG2E: gl.constexpr,
+            EXACT: gl.constexpr):
     """Pass A over one chunk (x as float32, -inf already in masked-off classes when MASKED)."""
-    m_t, s_t = _online_update(x, m_t, s_t, LOG2E)
+    m_t, s_t = _online_update(x, m_t, s_t, LOG2E, EXACT)
     if SMOOTH:
         if MASKED:
             sx_t += gl.sum(gl.where(mask, x, 0.0), axis=1)
@@ -93,23 +108,23 @@ def _pass_a(x, m_t, s_t, sx_t, mask, MASKED: gl.constexpr, SMOOTH: gl.constexpr,
 
 @gluon.jit
 def _pass_a_smem(slot, kd, m_t, s_t, sx_t, r_idx, CV, layout: gl.constexpr, ROWS: gl.constexpr, NCH: gl.constexpr,
-                 SMOOTH: gl.constexpr, LOG2E: gl.constexpr):
+                 SMOOTH: gl.constexpr, LOG2E: gl.constexpr, EXACT: gl.constexpr):
     """Pass A over resident chunk ``kd`` (a runtime index); only the row's last chunk is masked
     (a uniform branch)."""
     x = slot.load(layout).to(gl.float32)
     if kd == NCH - 1:
         cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
         x = gl.where(cm, x, -float("inf"))
-        m_t, s_t, sx_t = _pass_a(x, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
+        m_t, s_t, sx_t = _pass_a(x, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E, EXACT)
     else:
-        m_t, s_t, sx_t = _pass_a(x, m_t, s_t, sx_t, x == x, False, SMOOTH, LOG2E)
+        m_t, s_t, sx_t = _pass_a(x, m_t, s_t, sx_t, x == x, False, SMOOTH, LOG2E, EXACT)
     return m_t, s_t, sx_t
 
 
 @gluon.jit
 def _ce_smem_kernel(
     x_ptr, t_ptr, scal_ptr, loss_ptr, grad_ptr, M, C, stride_xm, stride_t, ignore_index, label_smoothing,
-    SMOOTH: gl.constexpr, MEAN: gl.constexpr,
+    SMOOTH: gl.constexpr, MEAN: gl.constexpr, MODE: gl.constexpr,
     CH: gl.constexpr, VEC: gl.constexpr, NR: gl.constexpr, NT: gl.constexpr, NUM_WARPS: gl.constexpr,
     GROUP: gl.constexpr, LAG: gl.constexpr, LOG2E: gl.constexpr, LN2: gl.constexpr,
 ):
@@ -117,8 +132,11 @@ def _ce_smem_kernel(
     GROUP (one cp.async commit group each, NG groups per row; GROUP divides NR). Pass A of the next row runs
     interleaved with pass B of this one, LAG groups behind the refills, so the device's
     exponentials overlap this SM's memory traffic; the last LAG groups of pass A run at the top
-    of the next iteration."""
+    of the next iteration. MODE 0: cross-entropy (losses and the gradient); 1: softmax, 2:
+    log_softmax of the rows into ``grad_ptr`` (``t_ptr``, ``scal_ptr``, ``loss_ptr`` unread),
+    with exact exponents (see ``_online_update``)."""
     ROWS: gl.constexpr = CH // VEC
+    EXACT: gl.constexpr = MODE != 0
     NCH: gl.constexpr = NR + NT
     NG: gl.constexpr = NR // GROUP
     gl.static_assert(NR % GROUP == 0)
@@ -159,11 +177,11 @@ def _ce_smem_kernel(
             for u in gl.static_range(GROUP):
                 kd = (qq - LAG) * GROUP + u
                 m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH, SMOOTH,
-                                              LOG2E)
+                                              LOG2E, EXACT)
     for jd in range(NR, NCH):
         cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
         xv = gl.load(x_first + (jd * CH + offs), mask=cm, other=-float("inf"), eviction_policy="evict_last")
-        m_t, s_t, sx_t = _pass_a(xv.to(gl.float32), m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
+        m_t, s_t, sx_t = _pass_a(xv.to(gl.float32), m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E, EXACT)
 
     # The first two tail chunks of a row are loaded well before their use (their latency would
     # otherwise stall every warp at once); any further ones in a runtime loop.
@@ -173,9 +191,10 @@ def _ce_smem_kernel(
         row64 = row.to(gl.int64)
         x_row = x_ptr + gl.multiple_of(row64 * stride_xm, VEC)
         g_row = grad_ptr + gl.multiple_of(row64 * C, VEC)
-        t = gl.load(t_ptr + row64 * stride_t)
-        keep = t != ignore_index
-        ok = (t >= 0) & (t < C)
+        if MODE == 0:
+            t = gl.load(t_ptr + row64 * stride_t)
+            keep = t != ignore_index
+            ok = (t >= 0) & (t < C)
         if NT >= 1:
             b0 = gl.load(x_row + (NR * CH + offs), mask=cm_t0, other=0.0, eviction_policy="evict_first")
         if NT >= 2:
@@ -184,7 +203,8 @@ def _ce_smem_kernel(
         # Pass A's last LAG groups of this row (put in flight during the previous pass B).
         async_copy.wait_group(0)
         for kd in range((NG - LAG) * GROUP, NR):
-            m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH, SMOOTH, LOG2E)
+            m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH, SMOOTH, LOG2E,
+                                          EXACT)
         m = gl.max(m_t, axis=0)
         dead = m == -float("inf")
         # The exponentials are taken relative to ml = fl(m * log2 e), not m * log2 e: sum_j
@@ -192,33 +212,45 @@ def _ce_smem_kernel(
         # product's rounding error, exact by an FMA. (The kernel is compiled without FP
         # contraction, so every other product by LOG2E is rounded the same way as here, and a
         # rescale by an unchanged maximum is exactly 1.)
-        ml = gl.where(dead, 0.0, m) * LOG2E
-        s = gl.sum(s_t * _exp2(m_t * LOG2E - ml), axis=0)
-        log_s = gl.log(s) - gl.where(dead, 0.0, gl.fma(m, LOG2E, -ml)) * LN2
+        if MODE == 0:
+            ml = gl.where(dead, 0.0, m) * LOG2E
+            s = gl.sum(s_t * _exp2(m_t * LOG2E - ml), axis=0)
+            log_s = gl.log(s) - gl.where(dead, 0.0, gl.fma(m, LOG2E, -ml)) * LN2
 
-        # Loss (torch's: 0 on ignored rows; NaN on an out-of-range target, which the host
-        # reports as IndexError).
-        x_t = gl.load(x_row + t, mask=keep & ok, other=0.0).to(gl.float32)
-        w_t = gl.where(keep, 1.0, 0.0)
-        w_t = gl.where(keep & (~ok), float("nan"), w_t)
-        nll = w_t * ((m - x_t) + log_s)
-        coef = gl.where(keep, gscale, 0.0)
-        if SMOOTH:
-            sx = gl.sum(sx_t, axis=0)
-            loss = (1.0 - label_smoothing) * nll + (label_smoothing / C) * ((C * m - sx) + C * log_s)
-            b = coef * (1.0 - label_smoothing) * w_t
-            a = b + coef * label_smoothing
-            c = coef * (label_smoothing / C)
+            # Loss (torch's: 0 on ignored rows; NaN on an out-of-range target, which the host
+            # reports as IndexError).
+            x_t = gl.load(x_row + t, mask=keep & ok, other=0.0).to(gl.float32)
+            w_t = gl.where(keep, 1.0, 0.0)
+            w_t = gl.where(keep & (~ok), float("nan"), w_t)
+            nll = w_t * ((m - x_t) + log_s)
+            coef = gl.where(keep, gscale, 0.0)
+            if SMOOTH:
+                sx = gl.sum(sx_t, axis=0)
+                loss = (1.0 - label_smoothing) * nll + (label_smoothing / C) * ((C * m - sx) + C * log_s)
+                b = coef * (1.0 - label_smoothing) * w_t
+                a = b + coef * label_smoothing
+                c = coef * (label_smoothing / C)
+            else:
+                loss = nll
+                b = coef * w_t
+                a = b
+                c = coef * 0.0
+            loss = gl.where(keep, loss, 0.0)
+            gl.store(loss_ptr + row64, loss.to(loss_ptr.dtype.element_ty))
+            # Every logit's gradient is a * p - c; the target's, a * p - b - c, is stored again at
+            # the end (after a barrier, so it lands last).
+            a_s = a / s
         else:
-            loss = nll
-            b = coef * w_t
-            a = b
-            c = coef * 0.0
-        loss = gl.where(keep, loss, 0.0)
-        gl.store(loss_ptr + row64, loss.to(loss_ptr.dtype.element_ty))
-        # Every logit's gradient is a * p - c; the target's, a * p - b - c, is stored again at
-        # the end (after a barrier, so it lands last).
-        a_s = a / s
+            # Exact exponents relative to m itself (a row of only -inf: m = -inf, s = 0, and
+            # every output NaN, as torch's).
+            ml = m
+            m_zero = gl.where(dead, 0.0, m)
+            s = gl.sum(s_t * _exp2((m_t - m_zero) * LOG2E), axis=0)
+            c = 0.0
+            if MODE == 1:
+                a_s = 1.0 / s
+            else:
+                a_s = gl.log(s)
 
         # Pass B of this row: the tail from global memory, then each resident group from shared
         # memory, its slots refilled at once with the same group of the next row (masked off
@@ -228,15 +260,15 @@ def _ce_smem_kernel(
         has_next = nxt < M
         x_next = x_ptr + gl.multiple_of(nxt.to(gl.int64) * stride_xm, VEC)
         if NT >= 1:
-            gv = _chunk_grad(b0.to(gl.float32), ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gv = _chunk_grad(b0.to(gl.float32), ml, a_s, c, SMOOTH, LOG2E, MODE).to(grad_ptr.dtype.element_ty)
             gl.store(g_row + (NR * CH + offs), gv, mask=cm_t0, eviction_policy="evict_first")
         if NT >= 2:
-            gv = _chunk_grad(b1.to(gl.float32), ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gv = _chunk_grad(b1.to(gl.float32), ml, a_s, c, SMOOTH, LOG2E, MODE).to(grad_ptr.dtype.element_ty)
             gl.store(g_row + ((NR + 1) * CH + offs), gv, mask=cm_t1, eviction_policy="evict_first")
         for jd in range(NR + 2, NCH):
             cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
             xv = gl.load(x_row + (jd * CH + offs), mask=cm, other=0.0, eviction_policy="evict_first").to(gl.float32)
-            gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E, MODE).to(grad_ptr.dtype.element_ty)
             gl.store(g_row + (jd * CH + offs), gv, mask=cm, eviction_policy="evict_first")
         if NT >= 1:
             a0 = gl.load(x_next + (NR * CH + offs), mask=cm_t0 & has_next, other=-float("inf"),
@@ -251,27 +283,27 @@ def _ce_smem_kernel(
         for u in gl.static_range(GROUP):
             cm = gl.expand_dims(u * ROWS + r_idx < CV, 1)
             xv = smem.index(u).load(layout).to(gl.float32)
-            gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+            gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E, MODE).to(grad_ptr.dtype.element_ty)
             gl.store(g_row + (u * CH + offs), gv, mask=cm)
         for u in gl.static_range(GROUP):
             cm = gl.expand_dims(u * ROWS + r_idx < CV, 1)
             _async_load(smem.index(u), x_next + (u * CH + offs), mask=cm & has_next)
         async_copy.commit_group()
         if NT >= 1:
-            m_t, s_t, sx_t = _pass_a(a0.to(gl.float32), m_t, s_t, sx_t, cm_t0, True, SMOOTH, LOG2E)
+            m_t, s_t, sx_t = _pass_a(a0.to(gl.float32), m_t, s_t, sx_t, cm_t0, True, SMOOTH, LOG2E, EXACT)
         if NT >= 2:
-            m_t, s_t, sx_t = _pass_a(a1.to(gl.float32), m_t, s_t, sx_t, cm_t1, True, SMOOTH, LOG2E)
+            m_t, s_t, sx_t = _pass_a(a1.to(gl.float32), m_t, s_t, sx_t, cm_t1, True, SMOOTH, LOG2E, EXACT)
         for jd in range(NR + 2, NCH):
             cm = gl.expand_dims(jd * ROWS + r_idx < CV, 1)
             xv = gl.load(x_next + (jd * CH + offs), mask=cm & has_next, other=-float("inf"),
                          eviction_policy="evict_last").to(gl.float32)
-            m_t, s_t, sx_t = _pass_a(xv, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E)
+            m_t, s_t, sx_t = _pass_a(xv, m_t, s_t, sx_t, cm, True, SMOOTH, LOG2E, EXACT)
         for qq in range(1, NG):
             for u in gl.static_range(GROUP):
                 kd = qq * GROUP + u
                 cm = gl.expand_dims(kd * ROWS + r_idx < CV, 1)
                 xv = smem.index(kd).load(layout).to(gl.float32)
-                gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E).to(grad_ptr.dtype.element_ty)
+                gv = _chunk_grad(xv, ml, a_s, c, SMOOTH, LOG2E, MODE).to(grad_ptr.dtype.element_ty)
                 gl.store(g_row + (kd * CH + offs), gv, mask=cm)
             for u in gl.static_range(GROUP):
                 kd = qq * GROUP + u
@@ -284,8 +316,9 @@ def _ce_smem_kernel(
                 for u in gl.static_range(GROUP):
                     kd = (qq - LAG) * GROUP + u
                     m_t, s_t, sx_t = _pass_a_smem(smem.index(kd), kd, m_t, s_t, sx_t, r_idx, CV, layout, ROWS, NCH,
-                                                  SMOOTH, LOG2E)
-        _block_barrier()
-        g_t = _chunk_grad(x_t, ml, a_s, c, SMOOTH, LOG2E) - b
-        gl.store(g_row + t, g_t.to(grad_ptr.dtype.element_ty), mask=keep & ok)
+                                                  SMOOTH, LOG2E, EXACT)
+        if MODE == 0:
+            _block_barrier()
+            g_t = _chunk_grad(x_t, ml, a_s, c, SMOOTH, LOG2E, MODE) - b
+            gl.store(g_row + t, g_t.to(grad_ptr.dtype.element_ty), mask=keep & ok)
     async_copy.wait_group(0)

@@ -288,7 +288,8 @@ _SMEM_PROGRAMS_PER_SM: dict = {}
 _SMEM_FAILED: set = set()
 
 
-def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: torch.device) -> bool:
+def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: torch.device,
+                 op: str = "cross_entropy") -> bool:
     """Launch the staged-row kernel persistently: as many programs per SM as its compiled
     shared memory, registers and threads let be resident at once (read from the compiled kernel
     and the device on first use), times the SM count, at most one per row. Returns False, with a
@@ -312,7 +313,7 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
             kernel._init_handles()
         except Exception as e:  # noqa: BLE001 (any build failure means: use the other kernels)
             _SMEM_FAILED.add(key)
-            warnings.warn(f"roofkit.cross_entropy: the staged-row kernel did not build with this Triton "
+            warnings.warn(f"roofkit.{op}: the staged-row kernel did not build with this Triton "
                           f"({type(e).__name__}: {str(e)[:200]}); using the two-pass kernel", RuntimeWarning,
                           stacklevel=2)
             return False
@@ -780,7 +781,7 @@ def _cross_entropy_forward(x, target, weight, ignore_index: int, reduction: str,
     )
     staged = plan is not None and _smem_launch(
         plan, (x, target, scal, loss_rows, g, m, c, x.stride(0), target.stride(0), ignore_index, label_smoothing),
-        dict(SMOOTH=smooth, MEAN=mean), m, dev)
+        dict(SMOOTH=smooth, MEAN=mean, MODE=0), m, dev)
     if staged:
         pass  # the staged-row kernel wrote loss_rows and the gradient
     elif cfg.splits:

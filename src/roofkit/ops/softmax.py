@@ -5,8 +5,10 @@
 
 Program mapping: the reduced dimension is viewed as the last axis of a 2-D (M rows, N) view with
 arbitrary strides (no copy when strides allow one). One program owns BLOCK_M whole rows.
-Rows that fit on chip are read once and written once (``ONE_PASS``). Longer rows (vocabularies
-of 128256 and beyond) take an online pass (per-row running maximum and rescaled sum) and a
+Rows that fit on chip are read once and written once (``ONE_PASS``). Longer 16-bit rows (a
+vocabulary of 128256), when there are at least as many rows as SMs, go through cross_entropy's
+staged-row kernel on CUDA (``_staged``: the row held in shared memory, read once). Other long
+rows take an online pass (per-row running maximum and rescaled sum) and a
 normalizing pass that re-reads the row (largely from L2 on an H200: docs/softmax_cross_entropy.md). When
 there are fewer such rows than SMs, each row is instead split across ``splits`` programs that
 each hold one segment on chip: every program posts its segment's (max, sum of exp) to a small
@@ -426,6 +428,27 @@ def _split_phases() -> tuple[int, ...]:
     return (0,)
 
 
+def _staged(xr: torch.Tensor, yr: torch.Tensor, log: bool) -> bool:
+    """Rows too long for one pass through cross_entropy's staged-row kernel (``_ce_smem``, MODE 1
+    softmax / 2 log_softmax): the row held in shared memory, so it is read once (the online
+    path reads it twice). Where that kernel applies (``cross_entropy._smem_plan``: CUDA,
+    16-bit rows of a multiple of 8 elements with unit stride and 16-byte alignment, at least as
+    many rows as SMs, at most a quarter of a row past shared memory) and the output rows are
+    contiguous; ``ROOFKIT_CE_SMEM=0`` turns it off. False: the caller launches the Triton
+    kernels."""
+    from .cross_entropy import _smem_launch, _smem_plan  # (cross_entropy imports this module)
+
+    m, n = xr.shape
+    if yr.stride() != (n, 1) or yr.data_ptr() % 16:
+        return False
+    plan = _smem_plan(xr, True, False)
+    if plan is None:
+        return False
+    return _smem_launch(plan, (xr, xr, xr, yr, yr, m, n, xr.stride(0), 0, 0, 0.0),
+                        {"SMOOTH": False, "MEAN": False, "MODE": 2 if log else 1}, m, xr.device,
+                        op="log_softmax" if log else "softmax")
+
+
 def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None = None) -> torch.Tensor:
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -434,6 +457,8 @@ def _softmax_forward(x: torch.Tensor, dim: int, log: bool, config: Config | None
     m, n = xr.shape
     sxm, sxn = xr.stride()
     sym, syn = yr.stride()
+    if config is None and n > ONE_PASS_MAX_N and _staged(xr, yr, log):
+        return _finish(out, yr, dim, copied)
     cfg = config or _launch_config(n, x.device, m)
     use_int64 = n * (abs(sxn) + abs(syn)) >= 2**31  # needs_int64(n * sxn, n * syn)
     if cfg.splits:
