@@ -36,6 +36,11 @@ from ._runtime import Op, cached_launch, planned
 S_BLOCK = 4  # positions per program
 HEADS_PER_PROGRAM = 8  # heads of q or k per program (fewer when the grid would be small)
 NUM_WARPS = 4
+# The backward's warps: its output gradients arrive as (B, H, S, D) while its results go back to
+# the operands' (B, S, H, D) layout; with 2 warps per tile it ran 49.7 us against 53.3 with 4 at
+# llama3-8b shapes (benchmarks/sweep_rope.py, H200, 2026-12-03; the forward is flat, 46.9-47.6 us
+# over the ten best configurations).
+BACKWARD_NUM_WARPS = 2
 
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -179,7 +184,7 @@ def _rope(q, k, cos, sin, unsqueeze_dim: int, backward: bool, out_dtype: torch.d
     cached_launch(
         _LAUNCHES, _rope_kernel, b * n_sblk * n_hg,
         BACKWARD=backward, BF16_RNE=bf16_rne(out_dtype), S_BLOCK=s_block, HG=hg, BLOCK_H=next_pow2(max(d // 2, 1)),
-        num_warps=NUM_WARPS,
+        num_warps=BACKWARD_NUM_WARPS if backward else NUM_WARPS,
     )(qv, kv, cos, sin, oqv, okv, s, hq, hk, d // 2, n_sblk, n_hg_q, n_hg,
       *qv.stride()[:3], *kv.stride()[:3], cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
       *oqv.stride()[:3], *okv.stride()[:3])
@@ -402,4 +407,4 @@ SPECS = (SPEC,)
 
 
 # The tunables of this family's heuristics: what roofkit.config.override may set.
-TUNABLES = ("S_BLOCK", "HEADS_PER_PROGRAM", "NUM_WARPS")
+TUNABLES = ("S_BLOCK", "HEADS_PER_PROGRAM", "NUM_WARPS", "BACKWARD_NUM_WARPS")
