@@ -97,3 +97,42 @@ def test_an_unwritable_cache_directory_costs_a_measurement_only(gpu, monkeypatch
         assert dev.load_ceilings() == _ceilings()
         assert dev.load_ceilings() == _ceilings()
     assert measured == [1, 1] and not path.exists() and not _cache_warnings(caught)
+
+
+def test_gemm_roof_is_the_best_rate_of_torch_and_roofkit_over_the_shapes(monkeypatch):
+    # The matrix roof: the best median rate over every (shape, provider) timed, every rate kept;
+    # a roofkit GEMM that disagrees with PyTorch's is not timed (it cannot raise the roof).
+    import importlib
+    from types import SimpleNamespace
+
+    timing = importlib.import_module("roofkit.harness.timing")
+    mm = importlib.import_module("roofkit.ops.matmul")
+    medians = {("torch", 16): 2.0, ("roofkit", 16): 1.0, ("torch", 32): 4.0, ("roofkit", 32): 16.0}
+    timed = []
+
+    def fake_time(fns, device=None, l2=None, rep_ms=None):
+        n = fns["torch"]().shape[1]
+        timed.append(sorted(fns))
+        return {name: SimpleNamespace(median_ms=medians[(name, n)]) for name in fns}
+
+    monkeypatch.setattr(timing, "time_providers", fake_time)
+    monkeypatch.setattr(mm, "matmul", lambda a, b: (a.float() @ b.float()).to(a.dtype))
+    best, rates = dev._gemm_tflops("bf16", torch.device("cpu"), shapes=((8, 16, 4), (8, 32, 4)))
+    assert timed == [["roofkit", "torch"], ["roofkit", "torch"]]
+    assert rates == {"torch 8x16x4": 2 * 8 * 16 * 4 / 2e-3 / 1e12, "roofkit 8x16x4": 2 * 8 * 16 * 4 / 1e-3 / 1e12,
+                     "torch 8x32x4": 2 * 8 * 32 * 4 / 4e-3 / 1e12, "roofkit 8x32x4": 2 * 8 * 32 * 4 / 16e-3 / 1e12}
+    assert best == max(rates.values()) == rates["roofkit 8x16x4"]
+    timed.clear()
+    monkeypatch.setattr(mm, "matmul", lambda a, b: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    best, rates = dev._gemm_tflops("bf16", torch.device("cpu"), shapes=((8, 16, 4),))
+    assert timed == [["torch"]] and list(rates) == ["torch 8x16x4"]
+
+
+def test_ceilings_measured_another_way_are_not_read(gpu):
+    # The method is in the file's name: ceilings cached by an older method are measured anew.
+    path, measured = gpu
+    assert f"method{dev.CEILINGS_METHOD}" in path.name
+    old = path.with_name(path.name.replace(f"method{dev.CEILINGS_METHOD}", f"method{dev.CEILINGS_METHOD - 1}"))
+    _write_raw(old, json.dumps(GOOD))
+    dev.load_ceilings()
+    assert measured == [1]

@@ -197,22 +197,40 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ROOFKIT_CACHE_DIR", Path.home() / ".cache" / "roofkit"))
 
 
+# How the ceilings are measured, in the cache file's name: a file measured another way is not read.
+# 2: the GEMM roofs are the best of PyTorch's and roofkit's GEMMs over GEMM_SHAPES (1: cuBLAS, 8192^3).
+CEILINGS_METHOD = 2
+
+
 def _cache_path(info: DeviceInfo) -> Path:
-    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{info.name}-{info.driver}-torch{torch.__version__}")
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_",
+                 f"{info.name}-{info.driver}-torch{torch.__version__}-method{CEILINGS_METHOD}")
     return cache_dir() / "ceilings" / f"{key}.json"
 
 
-def _gemm_tflops(dtype_name: str, n: int, device: torch.device) -> float | None:
-    from .timing import time_providers
+# GEMM shapes (M, N, K) the matrix roofs are measured on: the square one and two of a Llama MLP's
+# (8192 tokens); a roof is the best rate any of them reaches.
+GEMM_SHAPES = ((8192, 8192, 8192), (8192, 14336, 4096), (8192, 4096, 14336))
 
+
+def _gemm_calls(dtype_name: str, m: int, n: int, k: int, device: torch.device) -> dict | None:
+    """Zero-argument GEMM calls of this dtype and shape: PyTorch's (cuBLAS; torch._scaled_mm for
+    fp8, torch._int_mm for int8) and, for bf16 / fp16 / fp8 on CUDA, roofkit's own (on the H200
+    its ping-pong GEMMs run faster than cuBLAS at these shapes: a roof measured on cuBLAS alone
+    sat below the rates measured rows reached). roofkit's is kept only if it agrees with PyTorch's
+    (relative L2 error < 1e-2). None: this dtype cannot run here."""
     g = torch.Generator(device=device)
     g.manual_seed(0)
-    a32 = torch.randn(n, n, device=device, generator=g)
-    b32 = torch.randn(n, n, device=device, generator=g)
+    a32 = torch.randn(m, k, device=device, generator=g)
+    b32 = torch.randn(k, n, device=device, generator=g)
+    calls = {}
     if dtype_name in ("bf16", "fp16"):
         dt = torch.bfloat16 if dtype_name == "bf16" else torch.float16
         a, b = a32.to(dt), b32.to(dt)
-        fn = lambda: a @ b  # noqa: E731
+        calls["torch"] = lambda: a @ b  # noqa: E731
+        from ..ops.matmul import matmul
+
+        calls["roofkit"] = lambda: matmul(a, b)  # noqa: E731
     elif dtype_name in ("tf32", "fp32"):
         a, b = a32, b32
         allow = dtype_name == "tf32"
@@ -224,29 +242,63 @@ def _gemm_tflops(dtype_name: str, n: int, device: torch.device) -> float | None:
                 return a @ b
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = prev
+
+        calls["torch"] = fn
     elif dtype_name == "fp8_e4m3":
         if torch.cuda.get_device_capability(device) < (8, 9) or not hasattr(torch, "_scaled_mm"):
             return None
         a = a32.to(torch.float8_e4m3fn)
         b = b32.to(torch.float8_e4m3fn).t().contiguous().t()  # column-major second operand
         one = torch.ones((), device=device)
-        fn = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        calls["torch"] = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        from ..ops.quant.gemm import scaled_mm
+
+        calls["roofkit"] = lambda: scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)  # noqa: E731
     elif dtype_name == "int8":
-        a = torch.randint(-64, 64, (n, n), device=device, dtype=torch.int8, generator=g)
-        b = torch.randint(-64, 64, (n, n), device=device, dtype=torch.int8, generator=g)
-        fn = lambda: torch._int_mm(a, b)  # noqa: E731
+        a = torch.randint(-64, 64, (m, k), device=device, dtype=torch.int8, generator=g)
+        b = torch.randint(-64, 64, (k, n), device=device, dtype=torch.int8, generator=g)
+        calls["torch"] = lambda: torch._int_mm(a, b)  # noqa: E731
     else:
         raise ValueError(dtype_name)
-    try:
-        t = time_providers({dtype_name: fn}, device=device, l2="cold", rep_ms=300)[dtype_name]
-    except RuntimeError:
-        return None
-    return 2 * n**3 / (t.median_ms * 1e-3) / 1e12
+    if "roofkit" in calls:
+        try:
+            want = calls["torch"]().float()
+            got = calls["roofkit"]().float()
+            ok = bool(((got - want).norm() / want.norm().clamp_min(1e-30)) < 1e-2)
+        except Exception:  # noqa: BLE001 (roofkit's GEMM cannot run here: PyTorch's alone)
+            ok = False
+        if not ok:
+            del calls["roofkit"]
+    return calls
 
 
-def measure_ceilings(device: torch.device | str | None = None, *, gemm_n: int = 8192, bytes_: int = 1 << 31) -> Ceilings:
-    """Measure this GPU: device-to-device copy (read+write bytes), read (sum of fp32), and
-    ``gemm_n``^3 GEMMs through PyTorch in bf16, fp16, tf32, fp32, fp8 e4m3 and int8."""
+def _gemm_tflops(dtype_name: str, device: torch.device, shapes=GEMM_SHAPES) -> tuple[float, dict] | None:
+    """(best TFLOP/s, {"provider MxNxK": TFLOP/s}) of this dtype's GEMMs over ``shapes`` (median of
+    cold-L2 CUDA-event timings each), or None where the dtype cannot run here."""
+    from .timing import time_providers
+
+    rates = {}
+    for m, n, k in shapes:
+        try:
+            calls = _gemm_calls(dtype_name, m, n, k, device)
+            if calls is None:
+                return None
+            times = time_providers(calls, device=device, l2="cold", rep_ms=200)
+        except RuntimeError:
+            return None
+        for name, t in times.items():
+            rates[f"{name} {m}x{n}x{k}"] = 2 * m * n * k / (t.median_ms * 1e-3) / 1e12
+        del calls
+        torch.cuda.empty_cache()
+    return (max(rates.values()), rates) if rates else None
+
+
+def measure_ceilings(device: torch.device | str | None = None, *, gemm_shapes=GEMM_SHAPES,
+                     bytes_: int = 1 << 31) -> Ceilings:
+    """Measure this GPU: device-to-device copy (read+write bytes), read (sum of fp32), and the
+    best GEMM rate over ``gemm_shapes`` in bf16, fp16, tf32, fp32, fp8 e4m3 and int8, through
+    PyTorch and (bf16, fp16, fp8) roofkit's own GEMMs (``_gemm_calls``); every rate measured is
+    kept in ``extra["gemm_tflops"]``."""
     from .timing import time_providers
 
     info = device_info(device)
@@ -259,12 +311,13 @@ def measure_ceilings(device: torch.device | str | None = None, *, gemm_n: int = 
     read_gbps = bytes_ / (t["read"].median_ms * 1e-3) / 1e9
     del src, dst
     torch.cuda.empty_cache()
-    rates = {}
+    rates, every = {}, {}
     for name in ("bf16", "fp16", "tf32", "fp32", "fp8_e4m3", "int8"):
-        r = _gemm_tflops(name, gemm_n, device)
+        r = _gemm_tflops(name, device, gemm_shapes)
         if r is not None:
-            rates[name] = r
+            rates[name], every[name] = r
     torch.cuda.empty_cache()
+    shapes = ", ".join(f"{m}x{n}x{k}" for m, n, k in gemm_shapes)
     return Ceilings(
         gpu=info.name,
         driver=info.driver,
@@ -277,9 +330,11 @@ def measure_ceilings(device: torch.device | str | None = None, *, gemm_n: int = 
         measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         method=(
             f"median of CUDA-event timings, cold L2; copy: {bytes_} B fp32 copy_ (bytes read + written); "
-            f"read: torch.sum of {bytes_} B fp32; GEMM: {gemm_n}^3 random operands through PyTorch "
-            "(cuBLAS; torch._scaled_mm for fp8, torch._int_mm for int8)"
+            f"read: torch.sum of {bytes_} B fp32; GEMM: the best rate over {shapes} (M x N x K) with "
+            "random operands, through PyTorch (cuBLAS; torch._scaled_mm for fp8, torch._int_mm for int8) "
+            "and roofkit's own GEMMs (bf16, fp16, fp8)"
         ),
+        extra={"gemm_tflops": every},
     )
 
 
