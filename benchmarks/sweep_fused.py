@@ -59,7 +59,7 @@ for label, a, b_, bwd in (("rope fwd transposed", q, k, False), ("rope bwd conti
             continue
 
         def f(sb=sb, hg=hg, wp=wp, a=a, b_=b_, bwd=bwd):
-            P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS = sb, hg, wp
+            P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS = sb, hg, wp, wp
             return P._rope(a, b_, cos, sin, 1, bwd, bf)
         fns[f"sb{sb} hg{hg} w{wp}"] = f
     run(label, fns, nbytes)

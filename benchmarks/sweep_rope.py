@@ -1,5 +1,6 @@
 """rope's launch parameters at llama3-8b shapes (8192 tokens, 32 + 8 heads x 128, bf16): positions
-per program (S_BLOCK) x heads per program (HG) x warps, forward on the model's transposed q / k,
+per program (S_BLOCK) x heads per program (HG) x warps (NUM_WARPS forward, BACKWARD_NUM_WARPS
+backward), forward on the model's transposed q / k,
 backward on contiguous (B, H, S, D) output gradients; every configuration checked against the
 default's output before it is timed. Warm L2 off (the harness's cold-L2 timing), one process.
 
@@ -19,18 +20,23 @@ cos, sin = ang.cos().to(bf), ang.sin().to(bf)
 dq = torch.randn(B, Hq, S, D, device=dev, generator=g).to(bf)
 dk = torch.randn(B, Hk, S, D, device=dev, generator=g).to(bf)
 nbytes = 2 * (Hq + Hk) * S * D * 2 + 2 * S * D * 2
-default = (P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS)
+default = (P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS)
 for label, a, b_, bwd in (("rope fwd (transposed q, k)", q, k, False), ("rope bwd (contiguous grads)", dq, dk, True)):
-    P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS = default
+    P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS = default
     ref = P._rope(a, b_, cos, sin, 1, bwd, bf)
+    default_here = default[:2] + (default[3] if bwd else default[2],)
     fns = {}
     for sb, hg, wp in itertools.product((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8)):
         def f(sb=sb, hg=hg, wp=wp, a=a, b_=b_, bwd=bwd):
-            P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS = sb, hg, wp
+            P.S_BLOCK, P.HEADS_PER_PROGRAM = sb, hg
+            if bwd:
+                P.BACKWARD_NUM_WARPS = wp
+            else:
+                P.NUM_WARPS = wp
             return P._rope(a, b_, cos, sin, 1, bwd, bf)
         out = f()
         if all(torch.equal(o, r) for o, r in zip(out, ref)):
-            fns[f"sb{sb} hg{hg} w{wp}" + (" (default)" if (sb, hg, wp) == default else "")] = f
+            fns[f"sb{sb} hg{hg} w{wp}" + (" (default)" if (sb, hg, wp) == default_here else "")] = f
         else:
             print(f"sb{sb} hg{hg} w{wp}: output differs from the default's: not timed")
     t = time_providers(fns, device=dev, rep_ms=40)
@@ -38,4 +44,4 @@ for label, a, b_, bwd in (("rope fwd (transposed q, k)", q, k, False), ("rope bw
     print(f"== {label}: copy roof {nbytes / COPY / 1e3:.1f} us")
     for us, kname in rows[:10] + [r for r in rows[10:] if "default" in r[1]]:
         print(f"  {kname:24s} {us:7.1f} us {nbytes / (us * 1e3) / COPY * 100:5.1f} % of the copy roof")
-P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS = default
+P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS = default

@@ -37,16 +37,18 @@ rope = importlib.import_module("roofkit.ops.rope")
 names = ["q_ptr", "k_ptr", "c_ptr", "s_ptr", "oq_ptr", "ok_ptr", "S", "H_q", "H_k", "HALF", "n_sblk", "n_hg_q", "n_hg",
          "sqb", "sqh", "sqs", "skb", "skh", "sks", "scb", "scs", "ssb", "sss", "soqb", "soqh", "soqs", "sokb", "sokh",
          "soks"]
-for ones in ([], ["sqb", "scb"], ["skb", "sks", "S", "n_hg"]):  # arguments Triton specializes as the constant 1
+# arguments Triton specializes as the constant 1; the backward with its own warp count
+for ones, backward in (([], False), (["sqb", "scb"], False), (["skb", "sks", "S", "n_hg"], False), ([], True)):
     sig = {n: ("*bf16" if n.endswith("_ptr") and n[0] in "qko" else "*fp32" if n.endswith("_ptr") else "i32")
            for n in names if n not in ones}
     consts = {n: 1 for n in ones}
-    consts.update({"BACKWARD": False, "BF16_RNE": False, "S_BLOCK": rope.S_BLOCK, "HG": rope.HEADS_PER_PROGRAM,
+    consts.update({"BACKWARD": backward, "BF16_RNE": False, "S_BLOCK": rope.S_BLOCK, "HG": rope.HEADS_PER_PROGRAM,
                    "BLOCK_H": 64})
     full = {n: sig.get(n, "constexpr") for n in names}
     for n in consts: full[n] = "constexpr"
-    k = triton.compile(ASTSource(rope._rope_kernel, full, consts, {}), target=T, options={"num_warps": rope.NUM_WARPS})
-    out.append(("rope", ones, k.metadata.shared))
+    warps = rope.BACKWARD_NUM_WARPS if backward else rope.NUM_WARPS
+    k = triton.compile(ASTSource(rope._rope_kernel, full, consts, {}), target=T, options={"num_warps": warps})
+    out.append(("rope_bwd" if backward else "rope", ones, k.metadata.shared))
 rms = importlib.import_module("roofkit.ops.rms_norm")
 fwd_names = ["x_ptr", "w_ptr", "y_ptr", "rstd_ptr", "M", "N", "eps", "stride_xm", "stride_ym", "res_ptr", "rout_ptr",
              "stride_resm", "stride_routm"]
@@ -85,4 +87,4 @@ def test_fused_op_kernels_compile_for_sm90(tmp_path):
     built = json.loads(run.stdout.strip().splitlines()[-1])
     names = [b[0] for b in built]
     assert names.count("glu_fwd") == names.count("glu_bwd") == 3  # silu, exact and tanh GELU
-    assert names.count("rope") == 3 and names.count("add_rms_fwd") == names.count("add_rms_bwd") == 2
+    assert names.count("rope") == 3 and names.count("rope_bwd") == 1 and names.count("add_rms_fwd") == names.count("add_rms_bwd") == 2

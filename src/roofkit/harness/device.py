@@ -215,7 +215,7 @@ GEMM_SHAPES = ((8192, 8192, 8192), (8192, 14336, 4096), (8192, 4096, 14336))
 
 def _gemm_calls(dtype_name: str, m: int, n: int, k: int, device: torch.device) -> dict | None:
     """Zero-argument GEMM calls of this dtype and shape: PyTorch's (cuBLAS; torch._scaled_mm for
-    fp8, torch._int_mm for int8) and, for bf16 / fp16 / fp8 on CUDA, roofkit's own (on the H200
+    fp8, torch._int_mm for int8) and, for bf16 / fp16 / fp8 / int8, roofkit's own (on the H200
     its ping-pong GEMMs run faster than cuBLAS at these shapes: a roof measured on cuBLAS alone
     sat below the rates measured rows reached). roofkit's is kept only if it agrees with PyTorch's
     (relative L2 error < 1e-2). None: this dtype cannot run here."""
@@ -256,8 +256,14 @@ def _gemm_calls(dtype_name: str, m: int, n: int, k: int, device: torch.device) -
         calls["roofkit"] = lambda: scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)  # noqa: E731
     elif dtype_name == "int8":
         a = torch.randint(-64, 64, (m, k), device=device, dtype=torch.int8, generator=g)
-        b = torch.randint(-64, 64, (k, n), device=device, dtype=torch.int8, generator=g)
+        # column-major second operand: cuBLAS's int8 GEMM runs an order of magnitude slower on a
+        # row-major one (the H200: 130 TOP/s against roofkit's 1187 at 8192^3)
+        b = torch.randint(-64, 64, (n, k), device=device, dtype=torch.int8, generator=g).t()
         calls["torch"] = lambda: torch._int_mm(a, b)  # noqa: E731
+        from ..ops.quant.gemm import int8_matmul
+
+        one = torch.ones((), device=device)
+        calls["roofkit"] = lambda: int8_matmul(a, b, one, None, one, None, out_dtype=torch.float32)  # noqa: E731
     else:
         raise ValueError(dtype_name)
     if "roofkit" in calls:
@@ -297,7 +303,7 @@ def measure_ceilings(device: torch.device | str | None = None, *, gemm_shapes=GE
                      bytes_: int = 1 << 31) -> Ceilings:
     """Measure this GPU: device-to-device copy (read+write bytes), read (sum of fp32), and the
     best GEMM rate over ``gemm_shapes`` in bf16, fp16, tf32, fp32, fp8 e4m3 and int8, through
-    PyTorch and (bf16, fp16, fp8) roofkit's own GEMMs (``_gemm_calls``); every rate measured is
+    PyTorch and (bf16, fp16, fp8, int8) roofkit's own GEMMs (``_gemm_calls``); every rate measured is
     kept in ``extra["gemm_tflops"]``."""
     from .timing import time_providers
 
@@ -332,7 +338,7 @@ def measure_ceilings(device: torch.device | str | None = None, *, gemm_shapes=GE
             f"median of CUDA-event timings, cold L2; copy: {bytes_} B fp32 copy_ (bytes read + written); "
             f"read: torch.sum of {bytes_} B fp32; GEMM: the best rate over {shapes} (M x N x K) with "
             "random operands, through PyTorch (cuBLAS; torch._scaled_mm for fp8, torch._int_mm for int8) "
-            "and roofkit's own GEMMs (bf16, fp16, fp8)"
+            "and roofkit's own GEMMs (bf16, fp16, fp8, int8)"
         ),
         extra={"gemm_tflops": every},
     )

@@ -314,7 +314,7 @@ def _smem_launch(plan: SmemPlan, args: tuple, constexprs: dict, m: int, device: 
         except Exception as e:  # noqa: BLE001 (any build failure means: use the other kernels)
             _SMEM_FAILED.add(key)
             warnings.warn(f"roofkit.{op}: the staged-row kernel did not build with this Triton "
-                          f"({type(e).__name__}: {str(e)[:200]}); using the two-pass kernel", RuntimeWarning,
+                          f"({type(e).__name__}: {str(e)[:200]}); using the Triton kernels", RuntimeWarning,
                           stacklevel=2)
             return False
         props = torch.cuda.get_device_properties(idx)

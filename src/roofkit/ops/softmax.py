@@ -585,11 +585,14 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
     Numerics:
         float32 accumulation; one rounding to the output dtype. A row that is entirely -inf gives
         NaN, and a row containing NaN or +inf gives NaN everywhere, as in torch. Deterministic.
-        Backward is first order (no double backward).
+        Backward is first order (no double backward). Long 16-bit rows (the staged-row kernel)
+        take exponentials that flush results below 2**-126 to 0: a bfloat16 softmax output that
+        would be subnormal (below 1.2e-38) is 0 there, where torch keeps it.
     Cost:
         Reads the input once and writes the output once (2 * numel * element size bytes) when
-        the row fits on chip (up to ``ONE_PASS_MAX_N`` elements); longer rows read it twice,
-        the second time from DRAM on an H200 (docs/softmax_cross_entropy.md). About 5 FLOP per element.
+        the row fits on chip (up to ``ONE_PASS_MAX_N`` elements) or, for long 16-bit rows on
+        CUDA, is staged in shared memory; other long rows read it twice, the second time partly
+        from DRAM on an H200 (docs/softmax_cross_entropy.md). About 5 FLOP per element.
     Source:
         Triton tutorial 02 (fused softmax); Milakov & Gimelshein 2018 (online normalizer).
     """
