@@ -159,6 +159,48 @@ def test_amax_gradient_is_shared_among_ties(device):
     torch.testing.assert_close(g, torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 1.0, 1.0]], device=device))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("path", ["kernel", "torch ops"])
+def test_amax_backward_matches_torch_on_both_paths(dtype, path, tunables, device, monkeypatch):
+    # amax's backward over trailing dims of a contiguous input runs its own kernel when rows are
+    # many (AMAX_BWD_MIN_ROWS_PER_SM); else torch's ops. Both must give torch's gradient exactly:
+    # ties share it, a NaN row is NaN everywhere (no element equals its NaN maximum), a row of
+    # -inf shares it among all, keepdim and an expanded (stride-0) output gradient included.
+    launches = {}
+    monkeypatch.setattr(reduce_module, "_LAUNCHES", launches)
+    tunables("amax", AMAX_BWD_MIN_ROWS_PER_SM=0 if path == "kernel" else 10**9)
+    x = _x((6, 3, 40), device).to(dtype)
+    x[0, 0, ::3] = x[0, 0].max()  # ties
+    x[1, 1, 7] = math.nan
+    x[2, 2] = -math.inf
+    x[3, 0, 5] = math.inf
+    for dims, keepdim, dy in (((2,), False, None), ((1, 2), True, None), ((2,), False, "expanded")):
+        xr = x.clone().requires_grad_(True)
+        xt = x.clone().requires_grad_(True)
+        y, yt = amax(xr, dim=dims, keepdim=keepdim), torch.amax(xt, dim=dims, keepdim=keepdim)
+        g = (torch.randn(yt.shape, generator=torch.Generator().manual_seed(3)).to(device=device, dtype=dtype)
+             if dy is None else torch.ones((), device=device, dtype=dtype).expand(yt.shape))
+        (got,) = torch.autograd.grad(y, xr, g)
+        (want,) = torch.autograd.grad(yt, xt, g)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    kernels = {key[0] for key in launches}
+    assert (reduce_module._amax_bwd_rows_kernel in kernels) == (path == "kernel")
+
+
+def test_amax_backward_kernel_rows_rule(tunables, device):
+    # Which inputs the backward's kernel takes: the trailing dims of a contiguous input, rows
+    # enough per SM.
+    tunables("amax", AMAX_BWD_MIN_ROWS_PER_SM=0)
+    x = _x((5, 33), device)
+    assert reduce_module._amax_bwd_rows(x, [1]) == (5, 33)
+    assert reduce_module._amax_bwd_rows(x.view(5, 3, 11), [1, 2]) == (5, 33)
+    assert reduce_module._amax_bwd_rows(x.t(), [1]) is None  # not contiguous
+    assert reduce_module._amax_bwd_rows(x, [0]) is None  # not the trailing dims
+    tunables("amax", AMAX_BWD_MIN_ROWS_PER_SM=10**9)
+    assert reduce_module._amax_bwd_rows(x, [1]) is None  # too few rows
+
+
 def test_sum_mean_gradients_are_broadcasts(device):
     x = _x((3, 4, 5), device).requires_grad_(True)
     dy = _x((3, 5), device, seed=1)

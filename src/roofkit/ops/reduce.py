@@ -94,6 +94,9 @@ BYTES_PER_THREAD = 64  # sets num_warps: TILE_BYTES / (32 * 64) = 8 warps for a 
 COL_SEGMENT_BYTES = 512  # contiguous bytes per tile row in the column kernel
 MIN_PROGRAMS_PER_SM = 4  # fewer row / column blocks than this per SM: split the reduced axis
 MAX_CHUNKS_PER_PROGRAM = 16  # a split program reads at most this many tiles (256 KiB)
+# amax's backward over the trailing dims of a contiguous input runs one kernel (a program a row)
+# when there are at least this many rows per SM; otherwise (a few long rows) torch's ops.
+AMAX_BWD_MIN_ROWS_PER_SM = 1
 
 
 class Config(NamedTuple):
@@ -297,6 +300,30 @@ def _reduce_cols_kernel(
         tl.store(out_ptr + o * I + cols, _round_for_store(res, out_ptr, BF16_RNE), mask=col_mask)
 
 
+@triton.jit
+def _amax_bwd_rows_kernel(x_ptr, y_ptr, g_ptr, dx_ptr, N, stride_g, BF16_RNE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """amax's gradient for one row of length N (contiguous rows): the row's output gradient g
+    split evenly among the elements equal to its maximum y, as torch computes it, (g / count) *
+    (x == y) in float32: a row whose maximum no element equals (NaN) has count 0 and gets NaN
+    everywhere (inf * 0), as torch's. Two passes over the row: the count, then the gradient."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * N
+    dx_row = dx_ptr + row * N
+    y = tl.load(y_ptr + row).to(tl.float32)  # (compared in float32: exact for every input dtype)
+    cols = tl.arange(0, BLOCK_N)
+    cnt = tl.zeros([BLOCK_N], tl.int32)
+    for start in range(0, N, BLOCK_N):
+        offs = start + cols
+        x = tl.load(x_row + offs, mask=offs < N, other=float("nan")).to(tl.float32)  # NaN equals nothing
+        cnt += (x == y).to(tl.int32)
+    scale = tl.load(g_ptr + row * stride_g).to(tl.float32) / tl.sum(cnt, axis=0).to(tl.float32)
+    for start in range(0, N, BLOCK_N):
+        offs = start + cols
+        m = offs < N
+        x = tl.load(x_row + offs, mask=m, other=float("nan")).to(tl.float32)
+        tl.store(dx_row + offs, _round_for_store(scale * (x == y).to(tl.float32), dx_ptr, BF16_RNE), mask=m)
+
+
 # ----------------------------------------------------------------------------- host launchers
 
 
@@ -445,6 +472,37 @@ def _reduce_fake(x, dims, keepdim, kind, out_dtype):
     return x.new_empty(shape, dtype=out_dtype if out_dtype is not None else x.dtype)
 
 
+def _amax_bwd(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The gradient of amax over the rows of the contiguous 2-D ``x`` (M, N) from ``grad`` and the
+    maxima ``y`` (M,), by ``_amax_bwd_rows_kernel``."""
+    m, n = x.shape
+    dx = torch.empty_like(x)
+    if m and n:
+        block = min(4096, next_pow2(n))
+        cached_launch(_LAUNCHES, _amax_bwd_rows_kernel, m, BF16_RNE=bf16_rne(x.dtype), BLOCK_N=block,
+                      num_warps=max(1, min(8, block // 256)))(x, y, grad, dx, n, grad.stride(0))
+    return dx
+
+
+def _amax_bwd_fake(grad, x, y):
+    return torch.empty_like(x)
+
+
+def _amax_bwd_rows(x: torch.Tensor, dims: list[int]) -> tuple[int, int] | None:
+    """(rows, row length) when amax's backward of ``x`` over ``dims`` (sorted) can run as
+    ``_amax_bwd_rows_kernel``: the trailing dims of a contiguous tensor reduced, and rows enough
+    to fill the device (``AMAX_BWD_MIN_ROWS_PER_SM`` per SM), and rows short enough for int32
+    offsets within a row; else None."""
+    nd = x.dim()
+    if not dims or dims[0] != nd - len(dims) or not x.is_contiguous() or x.numel() == 0:
+        return None
+    m = math.prod(x.shape[: nd - len(dims)])
+    n = x.numel() // m
+    if m < AMAX_BWD_MIN_ROWS_PER_SM * sm_count(x.device) or n >= 2**31 - 4096:
+        return None
+    return m, n
+
+
 def _setup_context(ctx, inputs, output):
     x, dims, keepdim, kind, _ = inputs
     ctx.dims, ctx.keepdim, ctx.kind = sorted(dims), keepdim, kind
@@ -461,6 +519,11 @@ def _backward(ctx, grad):
     if ctx.kind == "amax":
         # As torch: the gradient is shared evenly among the elements equal to the maximum.
         x, y = ctx.saved_tensors
+        rows = _amax_bwd_rows(x, ctx.dims)
+        if rows is not None:
+            m, n = rows
+            gx = _amax_bwd_op(grad.reshape(m), x.view(m, n), y.reshape(m)).view(ctx.shape)
+            return gx, None, None, None, None
         if not ctx.keepdim:
             for d in ctx.dims:
                 y = y.unsqueeze(d)
@@ -474,6 +537,7 @@ def _backward(ctx, grad):
 
 
 _LAUNCHES: dict = {}
+_amax_bwd_op = Op("roofkit::amax_bwd", _amax_bwd, _amax_bwd_fake)
 _reduce_op = Op("roofkit::reduce", _reduce, _reduce_fake).autograd(_setup_context, _backward)
 
 
@@ -775,4 +839,5 @@ SPECS = (SUM_SPEC, MEAN_SPEC, AMAX_SPEC)
 
 
 # The tunables of this family's heuristics: what roofkit.config.override may set.
-TUNABLES = ("TILE_BYTES", "BYTES_PER_THREAD", "COL_SEGMENT_BYTES", "MIN_PROGRAMS_PER_SM", "MAX_CHUNKS_PER_PROGRAM")
+TUNABLES = ("TILE_BYTES", "BYTES_PER_THREAD", "COL_SEGMENT_BYTES", "MIN_PROGRAMS_PER_SM", "MAX_CHUNKS_PER_PROGRAM",
+            "AMAX_BWD_MIN_ROWS_PER_SM")
