@@ -304,7 +304,7 @@ def _reduce_cols_kernel(
 def _amax_bwd_rows_kernel(x_ptr, y_ptr, g_ptr, dx_ptr, N, stride_g, BF16_RNE: tl.constexpr, BLOCK_N: tl.constexpr):
     """amax's gradient for one row of length N (contiguous rows): the row's output gradient g
     split evenly among the elements equal to its maximum y, as torch computes it, (g / count) *
-    (x == y) in float32: a row whose maximum no element equals (NaN) has count 0 and gets NaN
+    (x == y) in float32 with the count in the gradient's dtype: a row whose maximum no element equals (NaN) has count 0 and gets NaN
     everywhere (inf * 0), as torch's. Two passes over the row: the count, then the gradient."""
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * N
@@ -316,7 +316,11 @@ def _amax_bwd_rows_kernel(x_ptr, y_ptr, g_ptr, dx_ptr, N, stride_g, BF16_RNE: tl
         offs = start + cols
         x = tl.load(x_row + offs, mask=offs < N, other=float("nan")).to(tl.float32)  # NaN equals nothing
         cnt += (x == y).to(tl.int32)
-    scale = tl.load(g_ptr + row * stride_g).to(tl.float32) / tl.sum(cnt, axis=0).to(tl.float32)
+    # torch divides by the count converted to the gradient's dtype (a 16-bit count rounds past
+    # 256 / 2048 ties, and is inf in float16 from 65520), in IEEE division (``/`` in Triton 3.6
+    # is the approximate div.full.f32)
+    count = _round_for_store(tl.sum(cnt, axis=0).to(tl.float32), dx_ptr, BF16_RNE).to(tl.float32)
+    scale = tl.div_rn(tl.load(g_ptr + row * stride_g).to(tl.float32), count)
     for start in range(0, N, BLOCK_N):
         offs = start + cols
         m = offs < N
@@ -491,14 +495,14 @@ def _amax_bwd_fake(grad, x, y):
 def _amax_bwd_rows(x: torch.Tensor, dims: list[int]) -> tuple[int, int] | None:
     """(rows, row length) when amax's backward of ``x`` over ``dims`` (sorted) can run as
     ``_amax_bwd_rows_kernel``: the trailing dims of a contiguous tensor reduced, and rows enough
-    to fill the device (``AMAX_BWD_MIN_ROWS_PER_SM`` per SM), and rows short enough for int32
-    offsets within a row; else None."""
+    to fill the device (``AMAX_BWD_MIN_ROWS_PER_SM`` per SM), rows short enough for int32
+    offsets within a row, and fewer rows than a grid may have programs; else None."""
     nd = x.dim()
     if not dims or dims[0] != nd - len(dims) or not x.is_contiguous() or x.numel() == 0:
         return None
     m = math.prod(x.shape[: nd - len(dims)])
     n = x.numel() // m
-    if m < AMAX_BWD_MIN_ROWS_PER_SM * sm_count(x.device) or n >= 2**31 - 4096:
+    if m < AMAX_BWD_MIN_ROWS_PER_SM * sm_count(x.device) or n >= 2**31 - 4096 or m >= 2**31:
         return None
     return m, n
 
