@@ -429,13 +429,13 @@ def _split_phases() -> tuple[int, ...]:
 
 
 def _staged(xr: torch.Tensor, yr: torch.Tensor, log: bool) -> bool:
-    """Rows too long for one pass through cross_entropy's staged-row kernel (``_ce_smem``, MODE 1
-    softmax / 2 log_softmax): the row held in shared memory, so it is read once (the online
-    path reads it twice). Where that kernel applies (``cross_entropy._smem_plan``: CUDA,
-    16-bit rows of a multiple of 8 elements with unit stride and 16-byte alignment, at least as
-    many rows as SMs, at most a quarter of a row past shared memory) and the output rows are
-    contiguous; ``ROOFKIT_CE_SMEM=0`` turns it off. False: the caller launches the Triton
-    kernels."""
+    """Whether the rows ``xr`` were written into ``yr`` by cross_entropy's staged-row kernel
+    (``_ce_smem``, MODE 1 softmax / 2 log_softmax): rows too long for the one-pass kernel, held
+    in shared memory, so each is read once (the online path reads it twice). Taken where that
+    kernel applies (``cross_entropy._smem_plan``: CUDA, 16-bit rows of a multiple of 8 elements
+    with unit stride and 16-byte alignment, at least as many rows as SMs, at most a quarter of a
+    row past shared memory) and the output rows are contiguous; ``ROOFKIT_CE_SMEM=0`` turns it
+    off. False: nothing was launched, the caller launches the Triton kernels."""
     from .cross_entropy import _smem_launch, _smem_plan  # (cross_entropy imports this module)
 
     m, n = xr.shape
