@@ -288,3 +288,37 @@ def test_softmax_staged_path_asks_cross_entropys_kernel_for_its_mode(monkeypatch
     assert softmax_module._staged(x, torch.empty(40, 6).t(), False) is False and not calls
     monkeypatch.setattr(ce, "_smem_plan", lambda x, grad, weight: None)
     assert softmax_module._staged(x, y, False) is False and not calls
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_staged_rows_replay_from_plans_and_cuda_graphs(op):
+    # The staged-row path as a decoding / training loop meets it: repeated calls (recorded, then
+    # replayed from the op's plan) and a CUDA graph of the call, each bitwise equal to the first
+    # eager result on fresh values in the same buffers.
+    ce = importlib.import_module("roofkit.ops.cross_entropy")
+    fn = getattr(roofkit, op)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = (3 * torch.randn(264, 128256, device="cuda", generator=g)).to(torch.bfloat16)
+    assert ce._smem_plan(x, True, False) is not None
+    for _ in range(4):  # as written, recorded, replayed
+        x.copy_((3 * torch.randn(264, 128256, device="cuda", generator=g)).to(torch.bfloat16))
+        want = getattr(torch, op)(x.float(), dim=-1).to(torch.bfloat16)
+        got = fn(x, dim=-1)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=1e-6)
+    first = fn(x, dim=-1).clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(x, dim=-1)  # warm-up on the capturing stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(x, dim=-1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+    x.copy_((3 * torch.randn(264, 128256, device="cuda", generator=g)).to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fn(x, dim=-1))
