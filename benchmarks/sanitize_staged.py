@@ -12,6 +12,7 @@ import math
 import torch
 
 import roofkit
+import roofkit.config
 
 ce = importlib.import_module("roofkit.ops.cross_entropy")
 sms = torch.cuda.get_device_properties(0).multi_processor_count
