@@ -15,6 +15,8 @@
 #           ${PROCESSES}: processes per provider, interleaved; ${STEPS}: timed steps per process;
 #           ALTERNATE=1: prefill / decode with the providers in one process, steps alternating)
 # training: compute-sanitizer memcheck and racecheck on benchmarks/sanitize_training.py
+# staged:   compute-sanitizer memcheck and racecheck on benchmarks/sanitize_staged.py (the staged-row
+#           kernel's three modes, amax's backward kernel)
 # bench:    roofkit bench $OPS --suite ${SUITE:-llama3-8b} with every installed provider
 # eval:     roofkit eval's GPU tests (the zoo on the GPU, the timing exploits) and eval against
 #           bench for the straightforward Triton softmax (benchmarks/eval_vs_bench.py)
@@ -57,6 +59,9 @@ for step in "$@"; do
     training) for tool in memcheck racecheck; do
              timeout ${T:-200} compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_training.py \
                > "$R/sanitizer-training-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -3 "$R/sanitizer-training-$tool.txt"; done ;;
+    staged) for tool in memcheck racecheck; do
+             timeout ${T:-200} compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_staged.py \
+               > "$R/sanitizer-staged-$tool.txt" 2>&1; echo "$tool rc=$?"; tail -3 "$R/sanitizer-staged-$tool.txt"; done ;;
     decode) timeout ${T:-300} python3 benchmarks/hf_decode.py --layers ${LAYERS:-4} --json "$R/hf-decode.json" \
              > "$R/hf-decode.txt" 2>&1; echo "rc=$?"; tail -5 "$R/hf-decode.txt" | cut -c1-300 ;;
     bench) timeout ${T:-400} python3 -m roofkit.cli bench ${OPS:-} --suite ${SUITE:-llama3-8b} \
