@@ -8,6 +8,7 @@
 #           (pytest -m gpu; tests/test_plans.py runs in full)
 # generic:  the registry-wide float64 checks of attention's GPU cases (gpu_logits_std_30 ...)
 # graphs:   tests/test_cuda_graphs.py: every registry case captured in a CUDA graph and replayed
+#           (${NPROC}: pytest-xdist workers, whose wheel .peers/ may carry: the cases compile in parallel)
 # decode:   benchmarks/hf_decode.py: HF Llama (Llama-3-8B layer shapes, $LAYERS layers) decoding
 #           one token at a time, eager against roofkit's RMSNorm and attention
 # host:     roofkit bench --suite host (wall time per call and CUDA-graph replay, roofkit and torch)
@@ -48,7 +49,7 @@ for step in "$@"; do
              -k "${K:-attention}" > "$R/pytest-gpu-generic.txt" 2>&1; echo "rc=$?"
            grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-generic.txt" | tail -12 ;;
     graphs) timeout ${T:-300} python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider tests/test_cuda_graphs.py \
-             ${K:+-k "$K"} > "$R/pytest-gpu-graphs.txt" 2>&1; echo "rc=$?"
+             ${K:+-k "$K"} ${NPROC:+-n $NPROC} > "$R/pytest-gpu-graphs.txt" 2>&1; echo "rc=$?"
            grep -E "passed|failed|FAILED|Error" "$R/pytest-gpu-graphs.txt" | tail -20 ;;
     host) timeout ${T:-300} python3 -m roofkit.cli bench ${OPS:-} --suite host --providers roofkit torch \
              --out "$R/bench-host" > "$R/bench-host.txt" 2>&1; echo "rc=$?"; tail -40 "$R/bench-host.txt" | cut -c1-200 ;;
