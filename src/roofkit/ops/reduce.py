@@ -516,18 +516,18 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad):
+    if ctx.kind == "amax":
+        x, y = ctx.saved_tensors
+        rows = _amax_bwd_rows(x, ctx.dims)
+        if rows is not None:  # one kernel over the rows (before any view of grad is made)
+            m, n = rows
+            return _amax_bwd_op(grad.reshape(m), x.view(m, n), y.reshape(m)).view(ctx.shape), None, None, None, None
     g = grad
     if not ctx.keepdim:
         for d in ctx.dims:
             g = g.unsqueeze(d)
     if ctx.kind == "amax":
         # As torch: the gradient is shared evenly among the elements equal to the maximum.
-        x, y = ctx.saved_tensors
-        rows = _amax_bwd_rows(x, ctx.dims)
-        if rows is not None:
-            m, n = rows
-            gx = _amax_bwd_op(grad.reshape(m), x.view(m, n), y.reshape(m)).view(ctx.shape)
-            return gx, None, None, None, None
         if not ctx.keepdim:
             for d in ctx.dims:
                 y = y.unsqueeze(d)
