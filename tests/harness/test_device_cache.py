@@ -128,6 +128,38 @@ def test_gemm_roof_is_the_best_rate_of_torch_and_roofkit_over_the_shapes(monkeyp
     assert timed == [["torch"]] and list(rates) == ["torch 8x16x4"]
 
 
+def test_gemm_roof_repeats_rounds_until_two_in_a_row_agree(monkeypatch):
+    # Clocks settle under load: rounds repeat until two best rates in a row agree within
+    # GEMM_AGREE (or GEMM_ROUNDS ran); the roof is the best rate of every round, per key too.
+    seq = iter([(700.0, {"torch s": 700.0, "roofkit s": 650.0}), (760.0, {"torch s": 690.0, "roofkit s": 760.0}),
+                (755.0, {"torch s": 755.0, "roofkit s": 700.0}), (999.0, {"torch s": 999.0})])
+    monkeypatch.setattr(dev, "_gemm_tflops", lambda name, device, shapes: next(seq))
+    roof, best, rounds = dev._gemm_roof("bf16", torch.device("cpu"))
+    assert (roof, rounds) == (760.0, 3) and best == {"torch s": 755.0, "roofkit s": 760.0}
+    rates = iter([100.0, 200.0, 300.0, 400.0, 500.0, 600.0])
+    monkeypatch.setattr(dev, "_gemm_tflops", lambda name, device, shapes: (r := next(rates), {"torch s": r}))
+    assert dev._gemm_roof("bf16", torch.device("cpu")) == (100.0 * dev.GEMM_ROUNDS, {"torch s": 100.0 * dev.GEMM_ROUNDS},
+                                                            dev.GEMM_ROUNDS)
+    monkeypatch.setattr(dev, "_gemm_tflops", lambda name, device, shapes: None)
+    assert dev._gemm_roof("fp8_e4m3", torch.device("cpu")) is None
+
+
+def test_read_roof_kernels_each_read_the_input_and_roofkits_must_agree(monkeypatch):
+    # Every read kernel reads all of the input (its result is the input's sum or row maxima);
+    # roofkit's own are dropped where they disagree with PyTorch's (they cannot raise the roof).
+    import importlib
+
+    src = torch.randn(3000)
+    calls = dev._read_calls(src)
+    assert sorted(calls) == ["roofkit.amax", "roofkit.sum", "torch.amax", "torch.sum"]
+    assert torch.allclose(calls["roofkit.sum"]().double(), src.double().sum(), rtol=1e-4, atol=1e-3)
+    assert torch.equal(calls["roofkit.amax"](), src.max().reshape(1))
+    assert torch.equal(calls["torch.amax"](), src.max().reshape(1))
+    red = importlib.import_module("roofkit.ops.reduce")
+    monkeypatch.setattr(red, "amax", lambda x, dim: torch.amax(x, dim=dim) + 1)
+    assert sorted(dev._read_calls(src)) == ["roofkit.sum", "torch.amax", "torch.sum"]
+
+
 def test_ceilings_measured_another_way_are_not_read(gpu):
     # The method is in the file's name: ceilings cached by an older method are measured anew.
     path, measured = gpu

@@ -672,8 +672,10 @@ def _embedding_bag_forward(indices, offsets, weight, psw, mode: int, padding_idx
     argmax = torch.empty((num_bags, d) if mode == MODE_MAX and need_argmax else (0, 0), dtype=torch.int64, device=dev)
     bags = torch.empty((n,) if need_bags else (0,), dtype=_bag_dtype(num_bags), device=dev)
     if num_bags == 0 or n == 0 or d == 0:
-        # Nothing to gather: every bag is empty (or has no columns). Offsets are still checked.
-        if offsets is not None and n == 0 and offsets.numel() and bool((offsets != 0).any()):
+        # Nothing to gather: every bag is empty (or has no columns). Offsets are still checked
+        # (outside CUDA-graph capture, where reading them back would break the capture).
+        if offsets is not None and n == 0 and offsets.numel() and not _capturing(dev) \
+                and bool((offsets != 0).any()):
             _raise_bad_input((0, 1), indices, offsets, v)
         out.zero_()
         count.zero_()
@@ -1019,11 +1021,11 @@ def embedding_bag(
         rows and writes B x D outputs: (N*D + B*D) elements plus the index bytes; a check kernel
         first reads the indices and offsets once more, and the host waits for its result (copied
         to pinned memory) while the device gathers, to raise the error (skipped under CUDA-graph
-        capture, where bad indices are skipped, never read). Backward: a sort of N 32-bit keys,
-        a gather of the bag id of each sorted entry (1-D input with offsets), a pass over the
-        sorted entries gathering grad_output rows, and one write of the dense (V, D) gradient
-        (touched rows by the pass, the others by a zero-fill); no host synchronization. D FLOP
-        per index each way.
+        capture, where bad indices are skipped, never read, and offsets clamped to the input).
+        Backward: a sort of N 32-bit keys, a gather of the bag id of each sorted entry (1-D
+        input with offsets), a pass over the sorted entries gathering grad_output rows, and one
+        write of the dense (V, D) gradient (touched rows by the pass, the others by a zero-fill);
+        no host synchronization. D FLOP per index each way.
     Source:
         torch.nn.functional.embedding_bag (semantics); Blelloch 1990 (segmented scan).
     """
