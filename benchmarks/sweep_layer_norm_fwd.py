@@ -1,7 +1,8 @@
 """layer_norm forward launch sweep on the GPU at 16384 x 8192 bf16 (where the default one-pass
 tile of 2 x 8192 on 8 warps needs 255 registers a thread and one program per SM: 2544 GB/s against
 torch.compile's 3574) and 32768 x 4096 (the acceptance shape, to see that a change there does not
-lose): rows per tile x warps, one pass, next to torch and torch.compile. Every configuration's
+lose): rows per tile x warps, one pass, and the two-pass chunked loop (rows per tile x chunk x
+warps), next to torch and torch.compile. Every configuration's
 output, mean and 1/std are checked against the default's (to rounding: the reduction order
 follows the warps) before timing; timing is the
 harness's (CUDA events, cold L2, interleaved). Bytes: x read and y written once.
@@ -34,6 +35,16 @@ for m, n in ((16384, 8192), (32768, 4096)):
             print(f"bm{bm} w{warps}: differs from the default's output: not timed")
             continue
         fns[f"bm{bm} w{warps}"] = lambda cfg=cfg: LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
+    # Two passes over each row in chunks (the second from L1 / L2): few registers, many programs.
+    for bm, bn, warps in itertools.product((1, 2), (1024, 2048, 4096), (4, 8, 16)):
+        if bn >= n or bm * bn // (32 * warps) < 4:
+            continue
+        cfg = LN.Config(False, bm, bn, warps)
+        got = LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
+        if not all(torch.allclose(a.float(), r.float(), rtol=2e-2, atol=2e-2) for a, r in zip(got, ref)):
+            print(f"loop bm{bm} bn{bn} w{warps}: differs from the default's output: not timed")
+            continue
+        fns[f"loop bm{bm} bn{bn} w{warps}"] = lambda cfg=cfg: LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
     fns["torch"] = lambda: F.layer_norm(x, (n,), w, b, 1e-5)
     compiled = torch.compile(F.layer_norm)
     fns["torch.compile"] = lambda: compiled(x, (n,), w, b, 1e-5)

@@ -151,13 +151,18 @@ def test_read_roof_kernels_each_read_the_input_and_roofkits_must_agree(monkeypat
 
     src = torch.randn(3000)
     calls = dev._read_calls(src)
-    assert sorted(calls) == ["roofkit.amax", "roofkit.sum", "torch.amax", "torch.sum"]
+    assert sorted(calls) == ["roofkit.amax bf16", "roofkit.amax fp32", "roofkit.sum", "torch.amax bf16",
+                             "torch.amax fp32", "torch.sum"]
     assert torch.allclose(calls["roofkit.sum"]().double(), src.double().sum(), rtol=1e-4, atol=1e-3)
-    assert torch.equal(calls["roofkit.amax"](), src.max().reshape(1))
-    assert torch.equal(calls["torch.amax"](), src.max().reshape(1))
+    as16 = src.view(torch.bfloat16)
+    for who in ("roofkit", "torch"):
+        assert torch.equal(calls[f"{who}.amax fp32"](), src.max().reshape(1))
+        got = calls[f"{who}.amax bf16"]()
+        assert got.dtype == torch.bfloat16 and got.shape == (1,)
+        assert torch.equal(got.nan_to_num(), as16.max().reshape(1).nan_to_num())
     red = importlib.import_module("roofkit.ops.reduce")
-    monkeypatch.setattr(red, "amax", lambda x, dim: torch.amax(x, dim=dim) + 1)
-    assert sorted(dev._read_calls(src)) == ["roofkit.sum", "torch.amax", "torch.sum"]
+    monkeypatch.setattr(red, "amax", lambda x, dim: torch.zeros_like(torch.amax(x, dim=dim)))
+    assert sorted(dev._read_calls(src)) == ["roofkit.sum", "torch.amax bf16", "torch.amax fp32", "torch.sum"]
 
 
 def test_ceilings_measured_another_way_are_not_read(gpu):
