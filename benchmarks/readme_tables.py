@@ -84,7 +84,7 @@ def tables(runs) -> str:
            f"apart), roofkit is at least as "
            f"fast as the fastest of them on {sum(r >= 1.0 for r in ratios)}, within 5 % on "
            f"{sum(0.95 <= r < 1.0 for r in ratios)} more; geometric mean of (fastest other / roofkit) "
-           f"{geomean:.2f} (above 1: roofkit faster).", "",
+           f"{geomean:.2f} (above 1: roofkit faster); the rows behind and what limits them: docs/results.md.", "",
            "| op | llama3-8b case | roofkit ms | % of roof | fastest other verified, ms | roofkit vs it |",
            "| --- | --- | --- | --- | --- | --- |", *rows, ""]
     if missing:
