@@ -9,6 +9,7 @@ left out: a new argument shifts parameter names only).
 forms. Hashes depend on the Triton version: compare trees with the same one.
 """
 import hashlib
+import inspect
 import importlib
 import json
 import re
@@ -42,6 +43,9 @@ def build(fn, consts, ptr_types=None, warps=4, stages=3):
     declarations left out."""
     if "USE_INT64" in fn.arg_names:
         consts = dict(consts, USE_INT64=INT64)
+    # constexpr parameters left out take their defaults (a new defaulted one keeps old hashes)
+    consts = {**{p.name: p.default for p in fn.params
+                 if p.is_constexpr and p.default is not inspect.Parameter.empty}, **consts}
     sig = sig_for(fn, consts, ptr_types or {})
     k = triton.compile(ASTSource(fn, sig, consts, {}), target=T, options={"num_warps": warps, "num_stages": stages})
     ptx = k.asm["ptx"].split(".section\t.debug")[0].split(".section .debug")[0]

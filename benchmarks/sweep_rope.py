@@ -1,6 +1,6 @@
 """rope's launch parameters at llama3-8b shapes (8192 tokens, 32 + 8 heads x 128, bf16): positions
 per program (S_BLOCK) x heads per program (HG) x warps (NUM_WARPS forward, BACKWARD_NUM_WARPS
-backward), forward on the model's transposed q / k,
+backward) x streaming cache hints (STREAMING), forward on the model's transposed q / k,
 backward on contiguous (B, H, S, D) output gradients; every configuration checked against the
 default's output before it is timed. Warm L2 off (the harness's cold-L2 timing), one process.
 
@@ -23,25 +23,28 @@ nbytes = 2 * (Hq + Hk) * S * D * 2 + 2 * S * D * 2
 default = (P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS)
 for label, a, b_, bwd in (("rope fwd (transposed q, k)", q, k, False), ("rope bwd (contiguous grads)", dq, dk, True)):
     P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS = default
+    P.STREAMING = False
     ref = P._rope(a, b_, cos, sin, 1, bwd, bf)
-    default_here = default[:2] + (default[3] if bwd else default[2],)
+    default_here = default[:2] + (default[3] if bwd else default[2], P.STREAMING)
     fns = {}
-    for sb, hg, wp in itertools.product((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8)):
-        def f(sb=sb, hg=hg, wp=wp, a=a, b_=b_, bwd=bwd):
-            P.S_BLOCK, P.HEADS_PER_PROGRAM = sb, hg
+    for sb, hg, wp, st in itertools.product((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8), (False, True)):
+        def f(sb=sb, hg=hg, wp=wp, st=st, a=a, b_=b_, bwd=bwd):
+            P.S_BLOCK, P.HEADS_PER_PROGRAM, P.STREAMING = sb, hg, st
             if bwd:
                 P.BACKWARD_NUM_WARPS = wp
             else:
                 P.NUM_WARPS = wp
             return P._rope(a, b_, cos, sin, 1, bwd, bf)
         out = f()
+        name = f"sb{sb} hg{hg} w{wp}" + (" stream" if st else "")
         if all(torch.equal(o, r) for o, r in zip(out, ref)):
-            fns[f"sb{sb} hg{hg} w{wp}" + (" (default)" if (sb, hg, wp) == default_here else "")] = f
+            fns[name + (" (default)" if (sb, hg, wp, st) == default_here else "")] = f
         else:
-            print(f"sb{sb} hg{hg} w{wp}: output differs from the default's: not timed")
+            print(f"{name}: output differs from the default's: not timed")
     t = time_providers(fns, device=dev, rep_ms=40)
     rows = sorted((v.median_ms * 1e3, kname) for kname, v in t.items())
     print(f"== {label}: copy roof {nbytes / COPY / 1e3:.1f} us")
     for us, kname in rows[:10] + [r for r in rows[10:] if "default" in r[1]]:
         print(f"  {kname:24s} {us:7.1f} us {nbytes / (us * 1e3) / COPY * 100:5.1f} % of the copy roof")
 P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS = default
+P.STREAMING = False

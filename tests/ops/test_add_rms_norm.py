@@ -78,3 +78,19 @@ def test_compiles_fullgraph_with_backward(device):
     torch.testing.assert_close(y, y2, rtol=1e-4, atol=1e-5)
     for a, b in zip(grads, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_streaming_forward_configuration_gives_the_default_bits(residual, device):
+    # The streaming hints (evict-first loads, .cs stores) change where data is cached, never the
+    # arithmetic: outputs, the residual sum and 1/rms equal the default configuration's bitwise.
+    x, r, w = _inputs((6, 96), device, torch.bfloat16, seed=3)
+    cfg = rms._fwd_config(96, residual)
+    assert cfg.one_pass and not cfg.streaming
+    res = r if residual else None
+    want = rms._rms_norm_forward(x, w, 1e-6, cfg, residual=res)
+    got = rms._rms_norm_forward(x, w, 1e-6, cfg._replace(streaming=True), residual=res)
+    assert len(got) == len(want) == (3 if residual else 2)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    assert not torch.equal(got[0], torch.zeros_like(got[0]))

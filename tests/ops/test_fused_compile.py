@@ -38,28 +38,38 @@ names = ["q_ptr", "k_ptr", "c_ptr", "s_ptr", "oq_ptr", "ok_ptr", "S", "H_q", "H_
          "sqb", "sqh", "sqs", "skb", "skh", "sks", "scb", "scs", "ssb", "sss", "soqb", "soqh", "soqs", "sokb", "sokh",
          "soks"]
 # arguments Triton specializes as the constant 1; the backward with its own warp count
-for ones, backward in (([], False), (["sqb", "scb"], False), (["skb", "sks", "S", "n_hg"], False), ([], True)):
+for ones, backward, stream in (([], False, False), (["sqb", "scb"], False, False), (["skb", "sks", "S", "n_hg"], False, False),
+                              ([], True, False), ([], False, True)):
     sig = {n: ("*bf16" if n.endswith("_ptr") and n[0] in "qko" else "*fp32" if n.endswith("_ptr") else "i32")
            for n in names if n not in ones}
     consts = {n: 1 for n in ones}
     consts.update({"BACKWARD": backward, "BF16_RNE": False, "S_BLOCK": rope.S_BLOCK, "HG": rope.HEADS_PER_PROGRAM,
                    "BLOCK_H": 64})
+    if stream:  # STREAMING's hints reach q / k's loads and the outputs' stores
+        consts.update({"EVICT": "evict_first", "STORE_CACHE": ".cs"})
     full = {n: sig.get(n, "constexpr") for n in names}
     for n in consts: full[n] = "constexpr"
     warps = rope.BACKWARD_NUM_WARPS if backward else rope.NUM_WARPS
     k = triton.compile(ASTSource(rope._rope_kernel, full, consts, {}), target=T, options={"num_warps": warps})
-    out.append(("rope_bwd" if backward else "rope", ones, k.metadata.shared))
+    hints = ("evict_first" in k.asm["ptx"], "st.global.cs" in k.asm["ptx"])
+    out.append(("rope_stream" if stream else "rope_bwd" if backward else "rope", hints if stream or not ones else ones,
+                k.metadata.shared))
 rms = importlib.import_module("roofkit.ops.rms_norm")
 fwd_names = ["x_ptr", "w_ptr", "y_ptr", "rstd_ptr", "M", "N", "eps", "stride_xm", "stride_ym", "res_ptr", "rout_ptr",
              "stride_resm", "stride_routm"]
-for one_pass, bn in ((True, 4096), (False, 4096)):
+for one_pass, bn, stream in ((True, 4096, False), (False, 4096, False), (True, 4096, True)):
     sig = {n: ("*bf16" if n in ("x_ptr", "w_ptr", "y_ptr", "res_ptr", "rout_ptr") else "*fp32" if n == "rstd_ptr"
                else "fp32" if n == "eps" else "i32") for n in fwd_names}
     consts = {"HAS_WEIGHT": True, "ONE_PASS": one_pass, "BF16_RNE": False, "BLOCK_M": 1, "BLOCK_N": bn,
               "HAS_RESIDUAL": True}
+    if stream:  # the streaming configuration's hints reach the loads and stores
+        consts.update({"EVICT": "evict_first", "STORE_CACHE": ".cs"})
     sig.update({k: "constexpr" for k in consts})
     k = triton.compile(ASTSource(rms._rms_norm_fwd_kernel, sig, consts, {}), target=T, options={"num_warps": 8})
-    out.append(("add_rms_fwd", one_pass, k.metadata.shared))
+    ptx = k.asm["ptx"]
+    hints = ("evict_first" in ptx, "st.global.cs" in ptx)
+    out.append(("add_rms_fwd_stream" if stream else "add_rms_fwd", hints if stream or one_pass else one_pass,
+                k.metadata.shared))
 bwd_names = ["dy_ptr", "x_ptr", "w_ptr", "rstd_ptr", "dx_ptr", "dw_partial_ptr", "M", "N", "rows_per_program",
              "stride_dym", "stride_xm", "stride_dxm", "dres_ptr", "stride_dresm"]
 for one_pass in (True, False):
@@ -88,3 +98,7 @@ def test_fused_op_kernels_compile_for_sm90(tmp_path):
     names = [b[0] for b in built]
     assert names.count("glu_fwd") == names.count("glu_bwd") == 3  # silu, exact and tanh GELU
     assert names.count("rope") == 3 and names.count("rope_bwd") == 1 and names.count("add_rms_fwd") == names.count("add_rms_bwd") == 2
+    hints = {b[0]: b[1] for b in built if b[0] in ("add_rms_fwd_stream", "add_rms_fwd") and b[1] != "False"}
+    assert hints == {"add_rms_fwd_stream": "(True, True)", "add_rms_fwd": "(False, False)"}, hints
+    hints = {b[0]: b[1] for b in built if b[0] in ("rope_stream", "rope", "rope_bwd") and b[1].startswith("(")}
+    assert hints == {"rope_stream": "(True, True)", "rope": "(False, False)", "rope_bwd": "(False, False)"}, hints

@@ -111,3 +111,23 @@ def test_fake_outputs_are_laid_out_as_the_real_ones(device):
         real_bwd = rope_module._rope_bwd(q, k, cos, sin, 1, q.dtype)
         for r, f in zip((*real, *real_bwd), (*fake, *fake_bwd)):
             assert (r.shape, r.stride(), r.dtype) == (f.shape, f.stride(), f.dtype)
+
+
+def test_streaming_hints_give_the_default_bits_forward_and_backward(device, tunables):
+    # STREAMING changes where q / k and the outputs are cached, never the arithmetic.
+    q, k, cos, sin = _inputs(device, dtype=torch.bfloat16, seed=4)
+    q, k = q.detach().requires_grad_(), k.detach().requires_grad_()
+    g = torch.Generator().manual_seed(5)
+
+    def run():
+        oq, ok = roofkit.rope(q, k, cos, sin)
+        dq, dk = (torch.randn(t.shape, generator=g).to(device, t.dtype) for t in (oq, ok))
+        return (oq, ok, *torch.autograd.grad([oq, ok], [q, k], [dq, dk]))
+
+    want = run()
+    g.manual_seed(5)
+    tunables("rope", STREAMING=True)
+    got = run()
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    assert not torch.equal(got[0], torch.zeros_like(got[0]))

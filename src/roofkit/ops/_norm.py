@@ -25,6 +25,7 @@ class Config(NamedTuple):
     num_warps: int
     programs_per_sm: int = 0
     loop_stages: int = 1  # software-pipelining depth of the backward's row loop
+    streaming: bool = False  # rms_norm's one-pass forward: evict-first loads, streaming (.cs) stores
 
 
 def fwd_grid(m: int, cfg: Config, device) -> int:

@@ -97,12 +97,15 @@ def _bwd_config(n: int) -> Config:
 
 
 @triton.jit
-def _add_residual(x, res_ptrs, rout_ptrs, mask, BF16_RNE: tl.constexpr, STORE: tl.constexpr):
+def _add_residual(x, res_ptrs, rout_ptrs, mask, BF16_RNE: tl.constexpr, STORE: tl.constexpr,
+                  EVICT: tl.constexpr, STORE_CACHE: tl.constexpr):
     """x + residual rounded to the output's dtype, as float32 (the model's residual stream is in
-    the input dtype); stored to ``rout_ptrs`` when STORE."""
-    r = _round_for_store(x + tl.load(res_ptrs, mask=mask, other=0.0).to(tl.float32), rout_ptrs, BF16_RNE)
+    the input dtype); stored to ``rout_ptrs`` when STORE. EVICT / STORE_CACHE: the load's eviction
+    policy and the store's cache modifier ("": the defaults)."""
+    r = _round_for_store(x + tl.load(res_ptrs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32),
+                         rout_ptrs, BF16_RNE)
     if STORE:
-        tl.store(rout_ptrs, r, mask=mask)
+        tl.store(rout_ptrs, r, mask=mask, cache_modifier=STORE_CACHE)
     return r.to(tl.float32)
 
 
@@ -112,11 +115,14 @@ def _rms_norm_fwd_kernel(
     stride_xm, stride_ym, res_ptr, rout_ptr, stride_resm, stride_routm,
     HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr = False,
+    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "",
 ):
     """y and 1/rms of BLOCK_M rows per iteration, the program looping over row blocks pid,
     pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice.
     HAS_RESIDUAL (add_rms_norm): the row normalized is x + residual rounded to x's dtype, which
-    is also stored (rout); the second walk of a long row recomputes it."""
+    is also stored (rout); the second walk of a long row recomputes it. EVICT / STORE_CACHE: the
+    one-pass tile's eviction policy for its loads and cache modifier for its stores ("": the
+    defaults; streaming hints for data read and written once)."""
     cols = tl.arange(0, BLOCK_N)
     if ONE_PASS and HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
@@ -126,15 +132,16 @@ def _rms_norm_fwd_kernel(
         y_rows = y_ptr + rows64[:, None] * stride_ym
         if ONE_PASS:
             mask = row_mask[:, None] & (cols[None, :] < N)
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
             if HAS_RESIDUAL:
                 x = _add_residual(x, res_ptr + rows64[:, None] * stride_resm + cols[None, :],
-                                  rout_ptr + rows64[:, None] * stride_routm + cols[None, :], mask, BF16_RNE, True)
+                                  rout_ptr + rows64[:, None] * stride_routm + cols[None, :], mask, BF16_RNE, True,
+                                  EVICT, STORE_CACHE)
             rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
             y = x * rstd[:, None]
             if HAS_WEIGHT:
                 y = y * w[None, :]
-            tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask)
+            tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask, cache_modifier=STORE_CACHE)
         else:
             acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
             for start in range(0, N, BLOCK_N):
@@ -143,7 +150,8 @@ def _rms_norm_fwd_kernel(
                 x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
                 if HAS_RESIDUAL:
                     x = _add_residual(x, res_ptr + rows64[:, None] * stride_resm + offs[None, :],
-                                      rout_ptr + rows64[:, None] * stride_routm + offs[None, :], mask, BF16_RNE, True)
+                                      rout_ptr + rows64[:, None] * stride_routm + offs[None, :], mask, BF16_RNE, True,
+                                      "", "")
                 acc += x * x
             rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
             for start in range(0, N, BLOCK_N):
@@ -152,7 +160,8 @@ def _rms_norm_fwd_kernel(
                 x = tl.load(x_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
                 if HAS_RESIDUAL:
                     x = _add_residual(x, res_ptr + rows64[:, None] * stride_resm + offs[None, :],
-                                      rout_ptr + rows64[:, None] * stride_routm + offs[None, :], mask, BF16_RNE, False)
+                                      rout_ptr + rows64[:, None] * stride_routm + offs[None, :], mask, BF16_RNE, False,
+                                      "", "")
                 y = x * rstd[:, None]
                 if HAS_WEIGHT:
                     wc = tl.load(w_ptr + offs, mask=offs < N, other=0.0).to(tl.float32)
@@ -280,6 +289,7 @@ def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, 
         _LAUNCHES, _rms_norm_fwd_kernel, grid,
         HAS_WEIGHT=weight is not None, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps,
+        **({"EVICT": "evict_first", "STORE_CACHE": ".cs"} if cfg.streaming else {}),
     )(xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0), resr, routr, resr.stride(0), routr.stride(0))
     return (y, rstd) if residual is None else (y, rstd, rout)
 

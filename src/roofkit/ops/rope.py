@@ -41,6 +41,9 @@ NUM_WARPS = 4
 # llama3-8b shapes (benchmarks/sweep_rope.py, H200, 2026-12-03; the forward is flat, 46.9-47.6 us
 # over the ten best configurations).
 BACKWARD_NUM_WARPS = 2
+# Streaming cache hints on q / k and the outputs (each read or written once): evict-first loads and
+# .cs stores; cos / sin, shared by the heads, keep the default. Off until measured.
+STREAMING = False
 
 
 # ----------------------------------------------------------------------------- reference, cost
@@ -80,10 +83,11 @@ def rope_cost(case, dtype: torch.dtype) -> Cost:
 @triton.jit
 def _rope_tile(x_ptr, o_ptr, c_ptr, s_ptr, b, s0, h0, H, S, HALF, sxh, sxs, soh, sos, scs, sss,
                BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, S_BLOCK: tl.constexpr, HG: tl.constexpr,
-               BLOCK_H: tl.constexpr):
+               BLOCK_H: tl.constexpr, EVICT: tl.constexpr, STORE_CACHE: tl.constexpr):
     """HG heads x S_BLOCK positions of one operand as one tile (every load issued at once);
     x_ptr / o_ptr / c_ptr / s_ptr already at batch row ``b``. The heads of a position share its
-    cos / sin (the same addresses: read from DRAM once)."""
+    cos / sin (the same addresses: read from DRAM once). EVICT / STORE_CACHE: the operand's loads'
+    eviction policy and the outputs' cache modifier ("": the defaults; cos / sin keep theirs)."""
     r = tl.arange(0, HG * S_BLOCK)
     h = h0 + (r // S_BLOCK).to(tl.int64)
     s_idx = s0 + (r % S_BLOCK).to(tl.int64)
@@ -92,8 +96,8 @@ def _rope_tile(x_ptr, o_ptr, c_ptr, s_ptr, b, s0, h0, H, S, HALF, sxh, sxs, soh,
     x_rows = x_ptr + (h * sxh + s_idx * sxs)[:, None]
     c_rows = c_ptr + (s_idx * scs)[:, None]
     s_rows = s_ptr + (s_idx * sss)[:, None]
-    x1 = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x_rows + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x1 = tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    x2 = tl.load(x_rows + HALF + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     c1 = tl.load(c_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     c2 = tl.load(c_rows + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     s1 = tl.load(s_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -105,8 +109,9 @@ def _rope_tile(x_ptr, o_ptr, c_ptr, s_ptr, b, s0, h0, H, S, HALF, sxh, sxs, soh,
         o1 = x1 * c1 - x2 * s1
         o2 = x2 * c2 + x1 * s2
     o_rows = o_ptr + (h * soh + s_idx * sos)[:, None]
-    tl.store(o_rows + cols[None, :], _round_for_store(o1, o_ptr, BF16_RNE), mask=mask)
-    tl.store(o_rows + HALF + cols[None, :], _round_for_store(o2, o_ptr, BF16_RNE), mask=mask)
+    tl.store(o_rows + cols[None, :], _round_for_store(o1, o_ptr, BF16_RNE), mask=mask, cache_modifier=STORE_CACHE)
+    tl.store(o_rows + HALF + cols[None, :], _round_for_store(o2, o_ptr, BF16_RNE), mask=mask,
+             cache_modifier=STORE_CACHE)
 
 
 @triton.jit
@@ -115,7 +120,7 @@ def _rope_kernel(
     S, H_q, H_k, HALF, n_sblk, n_hg_q, n_hg,
     sqb, sqh, sqs, skb, skh, sks, scb, scs, ssb, sss, soqb, soqh, soqs, sokb, sokh, soks,
     BACKWARD: tl.constexpr, BF16_RNE: tl.constexpr, S_BLOCK: tl.constexpr, HG: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_H: tl.constexpr, EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "",
 ):
     """S_BLOCK positions of one batch row for a group of HG heads: q's groups first
     (``n_hg_q`` of them), then k's. Every operand, outputs included, is addressed with its own
@@ -128,11 +133,12 @@ def _rope_kernel(
     s0 = (t % n_sblk).to(tl.int64) * S_BLOCK
     if hg < n_hg_q:
         _rope_tile(q_ptr + b * sqb, oq_ptr + b * soqb, c_ptr + b * scb, s_ptr + b * ssb, b, s0, hg.to(tl.int64) * HG,
-                   H_q, S, HALF, sqh, sqs, soqh, soqs, scs, sss, BACKWARD, BF16_RNE, S_BLOCK, HG, BLOCK_H)
+                   H_q, S, HALF, sqh, sqs, soqh, soqs, scs, sss, BACKWARD, BF16_RNE, S_BLOCK, HG, BLOCK_H,
+                   EVICT, STORE_CACHE)
     else:
         _rope_tile(k_ptr + b * skb, ok_ptr + b * sokb, c_ptr + b * scb, s_ptr + b * ssb, b, s0,
                    (hg - n_hg_q).to(tl.int64) * HG, H_k, S, HALF, skh, sks, sokh, soks, scs, sss, BACKWARD, BF16_RNE,
-                   S_BLOCK, HG, BLOCK_H)
+                   S_BLOCK, HG, BLOCK_H, EVICT, STORE_CACHE)
 
 
 # ----------------------------------------------------------------------------- host launchers
@@ -185,6 +191,7 @@ def _rope(q, k, cos, sin, unsqueeze_dim: int, backward: bool, out_dtype: torch.d
         _LAUNCHES, _rope_kernel, b * n_sblk * n_hg,
         BACKWARD=backward, BF16_RNE=bf16_rne(out_dtype), S_BLOCK=s_block, HG=hg, BLOCK_H=next_pow2(max(d // 2, 1)),
         num_warps=BACKWARD_NUM_WARPS if backward else NUM_WARPS,
+        **({"EVICT": "evict_first", "STORE_CACHE": ".cs"} if STREAMING else {}),
     )(qv, kv, cos, sin, oqv, okv, s, hq, hk, d // 2, n_sblk, n_hg_q, n_hg,
       *qv.stride()[:3], *kv.stride()[:3], cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
       *oqv.stride()[:3], *okv.stride()[:3])
@@ -407,4 +414,4 @@ SPECS = (SPEC,)
 
 
 # The tunables of this family's heuristics: what roofkit.config.override may set.
-TUNABLES = ("S_BLOCK", "HEADS_PER_PROGRAM", "NUM_WARPS", "BACKWARD_NUM_WARPS")
+TUNABLES = ("S_BLOCK", "HEADS_PER_PROGRAM", "NUM_WARPS", "BACKWARD_NUM_WARPS", "STREAMING")
