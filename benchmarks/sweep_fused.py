@@ -1,5 +1,5 @@
-"""Sweeps for add_rms_norm (forward, with and without streaming cache hints; backward) and rope launch
-parameters at llama3-8b shapes.
+"""Sweeps for add_rms_norm (forward, with and without streaming cache hints; backward, with and without
+prefetching the next rows) and rope launch parameters at llama3-8b shapes.
 
     PYTHONPATH=src python3 benchmarks/sweep_fused.py      (a GPU)
 """
@@ -41,13 +41,17 @@ dro = torch.randn(M, N, device=dev, generator=g).to(bf)
 fns = {}
 for bm, wp, pps, st in [(1, 8, 2, 3), (1, 16, 1, 3), (1, 8, 4, 3), (1, 8, 2, 2), (1, 4, 4, 3), (2, 16, 1, 3), (2, 16, 2, 2),
                         (1, 16, 2, 2), (1, 8, 3, 3), (1, 4, 8, 2)]:
-    cfg = R.Config(True, bm, N, wp, pps, st)
-    fns[f"bwd bm{bm} w{wp} pps{pps} st{st}"] = (lambda cfg=cfg: R._rms_norm_backward(dy, rout, w, rstd, cfg, dres=dro))
+    for pf in (False, True):  # prefetch: the next step's rows loaded before this step's reduction
+        cfg = R.Config(True, bm, N, wp, pps, st, prefetch=pf)
+        fns[f"bwd bm{bm} w{wp} pps{pps} st{st}" + (" prefetch" if pf else "")] = (
+            lambda cfg=cfg: R._rms_norm_backward(dy, rout, w, rstd, cfg, dres=dro))
 run("add_rms_norm bwd 8192x4096", fns, 4 * M * N * 2)
 fns = {}
 for bm, wp, pps, st in [(1, 8, 2, 3), (1, 16, 1, 3), (1, 8, 4, 3), (1, 4, 4, 3), (2, 16, 1, 3), (1, 4, 8, 2)]:
-    cfg = R.Config(True, bm, N, wp, pps, st)
-    fns[f"rms bwd bm{bm} w{wp} pps{pps} st{st}"] = (lambda cfg=cfg: R._rms_norm_backward(dy, rout, w, rstd, cfg))
+    for pf in (False, True):
+        cfg = R.Config(True, bm, N, wp, pps, st, prefetch=pf)
+        fns[f"rms bwd bm{bm} w{wp} pps{pps} st{st}" + (" prefetch" if pf else "")] = (
+            lambda cfg=cfg: R._rms_norm_backward(dy, rout, w, rstd, cfg))
 run("rms_norm bwd 8192x4096", fns, 3 * M * N * 2)
 
 B, S, Hq, Hk, D = 1, 8192, 32, 8, 128

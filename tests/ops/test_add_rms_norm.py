@@ -94,3 +94,23 @@ def test_streaming_forward_configuration_gives_the_default_bits(residual, device
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     assert not torch.equal(got[0], torch.zeros_like(got[0]))
+
+
+@pytest.mark.parametrize("residual,weight,block_m", [(True, True, 2), (False, True, 1), (True, False, 2)])
+def test_prefetching_backward_configuration_gives_the_default_bits(residual, weight, block_m, device):
+    # The prefetching backward loads the next step's rows before this step's arithmetic: the same
+    # operations in the same order, so dx and the weight's gradient equal the default's bitwise
+    # (rows not a multiple of the tile, programs with a partial last step).
+    m, n = 13, 96
+    x, r, w = _inputs((m, n), device, torch.bfloat16, seed=7)
+    g = torch.Generator().manual_seed(8)
+    dy, dres = (torch.randn((m, n), generator=g).to(device, torch.bfloat16) for _ in range(2))
+    w = w if weight else None
+    _, rstd, rout = rms._rms_norm_forward(x, w, 1e-6, None, residual=r)
+    cfg = rms.Config(True, block_m, 128, 4, 1, 1)
+    dres = dres if residual else None
+    want = rms._rms_norm_backward(dy, rout, w, rstd, cfg, dres=dres)
+    got = rms._rms_norm_backward(dy, rout, w, rstd, cfg._replace(prefetch=True), dres=dres)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    assert not torch.equal(got[0], torch.zeros_like(got[0]))

@@ -72,14 +72,14 @@ for one_pass, bn, stream in ((True, 4096, False), (False, 4096, False), (True, 4
                 k.metadata.shared))
 bwd_names = ["dy_ptr", "x_ptr", "w_ptr", "rstd_ptr", "dx_ptr", "dw_partial_ptr", "M", "N", "rows_per_program",
              "stride_dym", "stride_xm", "stride_dxm", "dres_ptr", "stride_dresm"]
-for one_pass in (True, False):
+for one_pass, prefetch in ((True, False), (False, False), (True, True)):
     sig = {n: ("*bf16" if n in ("dy_ptr", "x_ptr", "w_ptr", "dx_ptr", "dres_ptr") else "*fp32" if n.endswith("_ptr")
                else "i32") for n in bwd_names}
-    consts = {"HAS_WEIGHT": True, "ONE_PASS": one_pass, "BF16_RNE": False, "BLOCK_M": 1, "BLOCK_N": 4096,
-              "LOOP_STAGES": 3, "HAS_DRES": True}
+    consts = {"HAS_WEIGHT": True, "ONE_PASS": one_pass, "BF16_RNE": False, "BLOCK_M": 2 if prefetch else 1,
+              "BLOCK_N": 4096, "LOOP_STAGES": 3, "HAS_DRES": True, "PREFETCH": prefetch}
     sig.update({k: "constexpr" for k in consts})
     k = triton.compile(ASTSource(rms._rms_norm_bwd_kernel, sig, consts, {}), target=T, options={"num_warps": 16})
-    out.append(("add_rms_bwd", one_pass, k.metadata.shared))
+    out.append(("add_rms_bwd_prefetch" if prefetch else "add_rms_bwd", one_pass, k.metadata.shared))
 print(json.dumps([[o[0], str(o[1])] for o in out]))
 '''
 
@@ -100,5 +100,6 @@ def test_fused_op_kernels_compile_for_sm90(tmp_path):
     assert names.count("rope") == 3 and names.count("rope_bwd") == 1 and names.count("add_rms_fwd") == names.count("add_rms_bwd") == 2
     hints = {b[0]: b[1] for b in built if b[0] in ("add_rms_fwd_stream", "add_rms_fwd") and b[1] != "False"}
     assert hints == {"add_rms_fwd_stream": "(True, True)", "add_rms_fwd": "(False, False)"}, hints
+    assert names.count("add_rms_bwd_prefetch") == 1
     hints = {b[0]: b[1] for b in built if b[0] in ("rope_stream", "rope", "rope_bwd") and b[1].startswith("(")}
     assert hints == {"rope_stream": "(True, True)", "rope": "(False, False)", "rope_bwd": "(False, False)"}, hints

@@ -176,10 +176,13 @@ def _rms_norm_bwd_kernel(
     stride_dym, stride_xm, stride_dxm, dres_ptr, stride_dresm,
     HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, HAS_DRES: tl.constexpr = False,
+    PREFETCH: tl.constexpr = False,
 ):
     """dx for rows [pid * rows_per_program, ...), BLOCK_M rows per step, and this program's fp32
     row of partial dweight. dx = rstd * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*rstd;
-    dweight_partial = sum over its rows of dy * xhat. Tile [BLOCK_M, BLOCK_N]."""
+    dweight_partial = sum over its rows of dy * xhat. Tile [BLOCK_M, BLOCK_N]. PREFETCH (one
+    pass): the next step's rows are loaded into registers before this step's reduction, so their
+    loads are in flight while it reduces and stores (the same arithmetic, the same bits)."""
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, M)
@@ -189,25 +192,28 @@ def _rms_norm_bwd_kernel(
         col_mask = cols < N
         if HAS_WEIGHT:
             w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        else:
+            w = tl.zeros([BLOCK_N], tl.float32)  # (unused)
         dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
-            _, row_mask, rows = _row_block(r0, row_end, BLOCK_M)
-            mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
-            xhat = x * rstd[:, None]
-            if HAS_WEIGHT:
-                wdy = dy * w[None, :]
-            else:
-                wdy = dy
-            c = tl.sum(wdy * xhat, axis=1) / N
-            dx = (wdy - xhat * c[:, None]) * rstd[:, None]
-            if HAS_DRES:  # add_rms_norm: the residual stream's own gradient joins
-                dx += tl.load(dres_ptr + rows[:, None] * stride_dresm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
-            if HAS_WEIGHT:
-                dw_acc += dy * xhat
+        if PREFETCH:
+            dw_acc = _rms_norm_bwd_rows_prefetched(
+                dy_ptr, x_ptr, rstd_ptr, dx_ptr, dres_ptr, row_start, row_end, N, stride_dym, stride_xm, stride_dxm,
+                stride_dresm, w, cols, col_mask, dw_acc, HAS_WEIGHT, BF16_RNE, BLOCK_M, HAS_DRES)
+        else:
+            for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
+                _, row_mask, rows = _row_block(r0, row_end, BLOCK_M)
+                mask = row_mask[:, None] & col_mask[None, :]
+                x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+                dx, xhat = _rms_norm_bwd_rows(x, dy, rstd, w, N, HAS_WEIGHT)
+                if HAS_DRES:  # add_rms_norm: the residual stream's own gradient joins
+                    dx += tl.load(dres_ptr + rows[:, None] * stride_dresm + cols[None, :], mask=mask,
+                                  other=0.0).to(tl.float32)
+                tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], _round_for_store(dx, dx_ptr, BF16_RNE),
+                         mask=mask)
+                if HAS_WEIGHT:
+                    dw_acc += dy * xhat
         if HAS_WEIGHT:
             tl.store(part + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
     else:
@@ -243,6 +249,57 @@ def _rms_norm_bwd_kernel(
                 if HAS_DRES:
                     dx += tl.load(dres_ptr + r * stride_dresm + offs, mask=mask, other=0.0).to(tl.float32)
                 tl.store(dx_ptr + r * stride_dxm + offs, _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
+
+
+@triton.jit
+def _rms_norm_bwd_rows(x, dy, rstd, w, N, HAS_WEIGHT: tl.constexpr):
+    """(dx, xhat) of a tile of rows (float32): dx = rstd * (dy*w - xhat * mean(dy*w*xhat))."""
+    xhat = x * rstd[:, None]
+    if HAS_WEIGHT:
+        wdy = dy * w[None, :]
+    else:
+        wdy = dy
+    c = tl.sum(wdy * xhat, axis=1) / N
+    return (wdy - xhat * c[:, None]) * rstd[:, None], xhat
+
+
+@triton.jit
+def _rms_norm_bwd_rows_prefetched(dy_ptr, x_ptr, rstd_ptr, dx_ptr, dres_ptr, row_start, row_end, N, stride_dym,
+                                  stride_xm, stride_dxm, stride_dresm, w, cols, col_mask, dw_acc,
+                                  HAS_WEIGHT: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_M: tl.constexpr,
+                                  HAS_DRES: tl.constexpr):
+    """``_rms_norm_bwd_kernel``'s one-pass loop with the next step's x, dy, dres and 1/rms loaded
+    (in their own dtypes) before this step's arithmetic; returns the dweight accumulator."""
+    _, mask_n, rows_n = _row_block(row_start, row_end, BLOCK_M)
+    tile_n = mask_n[:, None] & col_mask[None, :]
+    x_n = tl.load(x_ptr + rows_n[:, None] * stride_xm + cols[None, :], mask=tile_n, other=0.0)
+    dy_n = tl.load(dy_ptr + rows_n[:, None] * stride_dym + cols[None, :], mask=tile_n, other=0.0)
+    if HAS_DRES:
+        dr_n = tl.load(dres_ptr + rows_n[:, None] * stride_dresm + cols[None, :], mask=tile_n, other=0.0)
+    else:
+        dr_n = dy_n  # (unused)
+    rstd_n = tl.load(rstd_ptr + rows_n, mask=mask_n, other=0.0)
+    for r0 in range(row_start, row_end, BLOCK_M):
+        x = x_n.to(tl.float32)
+        dy = dy_n.to(tl.float32)
+        dr = dr_n
+        rstd = rstd_n
+        _, row_mask, rows = _row_block(r0, row_end, BLOCK_M)
+        mask = row_mask[:, None] & col_mask[None, :]
+        _, mask_n, rows_n = _row_block(r0 + BLOCK_M, row_end, BLOCK_M)
+        tile_n = mask_n[:, None] & col_mask[None, :]
+        x_n = tl.load(x_ptr + rows_n[:, None] * stride_xm + cols[None, :], mask=tile_n, other=0.0)
+        dy_n = tl.load(dy_ptr + rows_n[:, None] * stride_dym + cols[None, :], mask=tile_n, other=0.0)
+        if HAS_DRES:
+            dr_n = tl.load(dres_ptr + rows_n[:, None] * stride_dresm + cols[None, :], mask=tile_n, other=0.0)
+        rstd_n = tl.load(rstd_ptr + rows_n, mask=mask_n, other=0.0)
+        dx, xhat = _rms_norm_bwd_rows(x, dy, rstd, w, N, HAS_WEIGHT)
+        if HAS_DRES:
+            dx += dr.to(tl.float32)
+        tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], _round_for_store(dx, dx_ptr, BF16_RNE), mask=mask)
+        if HAS_WEIGHT:
+            dw_acc += dy * xhat
+    return dw_acc
 
 
 @triton.jit
@@ -319,7 +376,7 @@ def _rms_norm_backward(dy, x, weight, rstd, config: Config | None = None, dres: 
         _LAUNCHES, _rms_norm_bwd_kernel, g,
         HAS_WEIGHT=has_w, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOOP_STAGES=cfg.loop_stages, HAS_DRES=dres is not None,
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, **({"PREFETCH": True} if cfg.prefetch else {}),
     )(dyr, xr, w, rstd, dxr, partial, m, n, rows_per_program, dyr.stride(0), xr.stride(0), dxr.stride(0), dresr,
       dresr.stride(0))
     if has_w:
