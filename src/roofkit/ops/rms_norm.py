@@ -141,7 +141,8 @@ def _rms_norm_fwd_kernel(
             y = x * rstd[:, None]
             if HAS_WEIGHT:
                 y = y * w[None, :]
-            tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask, cache_modifier=STORE_CACHE)
+            tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask,
+                     cache_modifier=STORE_CACHE)
         else:
             acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
             for start in range(0, N, BLOCK_N):
