@@ -1,5 +1,5 @@
-"""Sweeps for add_rms_norm (forward, with and without streaming cache hints; backward, with and without
-prefetching the next rows) and rope launch parameters at llama3-8b shapes.
+"""Sweeps for add_rms_norm (forward and backward, with and without streaming cache hints / prefetching
+the next rows) and rope launch parameters at llama3-8b shapes.
 
     PYTHONPATH=src python3 benchmarks/sweep_fused.py      (a GPU)
 """
@@ -30,9 +30,11 @@ w = torch.randn(N, device=dev, generator=g).to(bf)
 fns = {}
 for bm, wp, pps in [(1, 4, 0), (1, 8, 0), (2, 8, 0), (1, 16, 0), (2, 16, 0), (4, 16, 0), (1, 4, 8), (1, 8, 4), (2, 8, 2),
                     (1, 8, 8), (2, 16, 2), (1, 16, 2)]:
-    for stream in (False, True):  # streaming: evict-first loads, .cs stores (data read and written once)
-        cfg = R.Config(True, bm, N, wp, pps, streaming=stream)
-        fns[f"fwd bm{bm} w{wp} pps{pps}" + (" stream" if stream else "")] = (
+    # streaming: evict-first loads, .cs stores (data read and written once); prefetch (persistent
+    # grids): the next row block loaded before this one's arithmetic
+    for stream, pf in ((False, False), (True, False)) + (((False, True), (True, True)) if pps else ()):
+        cfg = R.Config(True, bm, N, wp, pps, streaming=stream, prefetch=pf)
+        fns[f"fwd bm{bm} w{wp} pps{pps}" + (" stream" if stream else "") + (" prefetch" if pf else "")] = (
             lambda cfg=cfg: R._rms_norm_forward(x, w, 1e-6, cfg, residual=r))
 run("add_rms_norm fwd 8192x4096", fns, 4 * M * N * 2)
 y, rstd, rout = R._rms_norm_forward(x, w, 1e-6, None, residual=r)

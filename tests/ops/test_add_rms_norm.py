@@ -114,3 +114,20 @@ def test_prefetching_backward_configuration_gives_the_default_bits(residual, wei
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     assert not torch.equal(got[0], torch.zeros_like(got[0]))
+
+
+@pytest.mark.parametrize("residual,weight,block_m", [(True, True, 2), (False, True, 1), (True, False, 1)])
+def test_prefetching_forward_configuration_gives_the_default_bits(residual, weight, block_m, device):
+    # A persistent grid whose programs walk several row blocks, the next one loaded before this
+    # one's arithmetic: y, 1/rms and the residual sum equal the default loop's bitwise.
+    m, n = 11, 96
+    x, r, w = _inputs((m, n), device, torch.bfloat16, seed=9)
+    w = w if weight else None
+    res = r if residual else None
+    cfg = rms.Config(True, block_m, 128, 4, 1)
+    want = rms._rms_norm_forward(x, w, 1e-6, cfg, residual=res)
+    got = rms._rms_norm_forward(x, w, 1e-6, cfg._replace(prefetch=True), residual=res)
+    assert len(got) == len(want) == (3 if residual else 2)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    assert not torch.equal(got[0], torch.zeros_like(got[0]))

@@ -57,19 +57,21 @@ for ones, backward, stream in (([], False, False), (["sqb", "scb"], False, False
 rms = importlib.import_module("roofkit.ops.rms_norm")
 fwd_names = ["x_ptr", "w_ptr", "y_ptr", "rstd_ptr", "M", "N", "eps", "stride_xm", "stride_ym", "res_ptr", "rout_ptr",
              "stride_resm", "stride_routm"]
-for one_pass, bn, stream in ((True, 4096, False), (False, 4096, False), (True, 4096, True)):
+for one_pass, bn, stream in ((True, 4096, False), (False, 4096, False), (True, 4096, True), (True, 4096, "prefetch")):
     sig = {n: ("*bf16" if n in ("x_ptr", "w_ptr", "y_ptr", "res_ptr", "rout_ptr") else "*fp32" if n == "rstd_ptr"
                else "fp32" if n == "eps" else "i32") for n in fwd_names}
     consts = {"HAS_WEIGHT": True, "ONE_PASS": one_pass, "BF16_RNE": False, "BLOCK_M": 1, "BLOCK_N": bn,
               "HAS_RESIDUAL": True}
-    if stream:  # the streaming configuration's hints reach the loads and stores
+    if stream == "prefetch":  # the persistent forward that loads the next row block first
+        consts.update({"PREFETCH": True, "BLOCK_M": 2})
+    elif stream:  # the streaming configuration's hints reach the loads and stores
         consts.update({"EVICT": "evict_first", "STORE_CACHE": ".cs"})
     sig.update({k: "constexpr" for k in consts})
     k = triton.compile(ASTSource(rms._rms_norm_fwd_kernel, sig, consts, {}), target=T, options={"num_warps": 8})
     ptx = k.asm["ptx"]
     hints = ("evict_first" in ptx, "st.global.cs" in ptx)
-    out.append(("add_rms_fwd_stream" if stream else "add_rms_fwd", hints if stream or one_pass else one_pass,
-                k.metadata.shared))
+    out.append(("add_rms_fwd_prefetch" if stream == "prefetch" else "add_rms_fwd_stream" if stream else "add_rms_fwd",
+                hints if stream is True or one_pass else one_pass, k.metadata.shared))
 bwd_names = ["dy_ptr", "x_ptr", "w_ptr", "rstd_ptr", "dx_ptr", "dw_partial_ptr", "M", "N", "rows_per_program",
              "stride_dym", "stride_xm", "stride_dxm", "dres_ptr", "stride_dresm"]
 for one_pass, prefetch in ((True, False), (False, False), (True, True)):
@@ -100,6 +102,6 @@ def test_fused_op_kernels_compile_for_sm90(tmp_path):
     assert names.count("rope") == 3 and names.count("rope_bwd") == 1 and names.count("add_rms_fwd") == names.count("add_rms_bwd") == 2
     hints = {b[0]: b[1] for b in built if b[0] in ("add_rms_fwd_stream", "add_rms_fwd") and b[1] != "False"}
     assert hints == {"add_rms_fwd_stream": "(True, True)", "add_rms_fwd": "(False, False)"}, hints
-    assert names.count("add_rms_bwd_prefetch") == 1
+    assert names.count("add_rms_bwd_prefetch") == names.count("add_rms_fwd_prefetch") == 1
     hints = {b[0]: b[1] for b in built if b[0] in ("rope_stream", "rope", "rope_bwd") and b[1].startswith("(")}
     assert hints == {"rope_stream": "(True, True)", "rope": "(False, False)", "rope_bwd": "(False, False)"}, hints

@@ -26,7 +26,7 @@ class Config(NamedTuple):
     programs_per_sm: int = 0
     loop_stages: int = 1  # software-pipelining depth of the backward's row loop
     streaming: bool = False  # rms_norm's one-pass forward: evict-first loads, streaming (.cs) stores
-    prefetch: bool = False  # rms_norm's one-pass backward: the next step's rows loaded before this one's reduction
+    prefetch: bool = False  # rms_norm's one-pass loops: the next step's rows loaded before this one's arithmetic
 
 
 def fwd_grid(m: int, cfg: Config, device) -> int:

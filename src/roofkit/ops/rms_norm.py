@@ -102,11 +102,64 @@ def _add_residual(x, res_ptrs, rout_ptrs, mask, BF16_RNE: tl.constexpr, STORE: t
     """x + residual rounded to the output's dtype, as float32 (the model's residual stream is in
     the input dtype); stored to ``rout_ptrs`` when STORE. EVICT / STORE_CACHE: the load's eviction
     policy and the store's cache modifier ("": the defaults)."""
-    r = _round_for_store(x + tl.load(res_ptrs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32),
-                         rout_ptrs, BF16_RNE)
+    return _residual_sum(x, tl.load(res_ptrs, mask=mask, other=0.0, eviction_policy=EVICT), rout_ptrs, mask, BF16_RNE,
+                         STORE, STORE_CACHE)
+
+
+@triton.jit
+def _residual_sum(x, res, rout_ptrs, mask, BF16_RNE: tl.constexpr, STORE: tl.constexpr, STORE_CACHE: tl.constexpr):
+    """x + the loaded residual ``res``, rounded and returned as ``_add_residual`` does."""
+    r = _round_for_store(x + res.to(tl.float32), rout_ptrs, BF16_RNE)
     if STORE:
         tl.store(rout_ptrs, r, mask=mask, cache_modifier=STORE_CACHE)
     return r.to(tl.float32)
+
+
+@triton.jit
+def _rms_norm_fwd_tile(x, w, N, eps, HAS_WEIGHT: tl.constexpr):
+    """(y, 1/rms) of a one-pass tile of rows (float32, zeros past the row ends)."""
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
+    y = x * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * w[None, :]
+    return y, rstd
+
+
+@triton.jit
+def _rms_norm_fwd_rows_prefetched(x_ptr, y_ptr, rstd_ptr, res_ptr, rout_ptr, M, N, eps, stride_xm, stride_ym,
+                                  stride_resm, stride_routm, w, cols,
+                                  HAS_WEIGHT: tl.constexpr, BF16_RNE: tl.constexpr, BLOCK_M: tl.constexpr,
+                                  HAS_RESIDUAL: tl.constexpr, EVICT: tl.constexpr, STORE_CACHE: tl.constexpr):
+    """``_rms_norm_fwd_kernel``'s one-pass loop over row blocks pid, pid + num_programs, ... with
+    the next block's x (and residual) loaded, in their own dtype, before this block's arithmetic."""
+    col_mask = cols < N
+    step = tl.num_programs(0)
+    _, mask_n, rows_n = _row_block(tl.program_id(0) * BLOCK_M, M, BLOCK_M)
+    tile_n = mask_n[:, None] & col_mask[None, :]
+    x_n = tl.load(x_ptr + rows_n[:, None] * stride_xm + cols[None, :], mask=tile_n, other=0.0, eviction_policy=EVICT)
+    if HAS_RESIDUAL:
+        r_n = tl.load(res_ptr + rows_n[:, None] * stride_resm + cols[None, :], mask=tile_n, other=0.0,
+                      eviction_policy=EVICT)
+    else:
+        r_n = x_n  # (unused)
+    for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), step):
+        x = x_n.to(tl.float32)
+        res = r_n
+        _, row_mask, rows = _row_block(rb * BLOCK_M, M, BLOCK_M)
+        mask = row_mask[:, None] & col_mask[None, :]
+        _, mask_n, rows_n = _row_block((rb + step) * BLOCK_M, M, BLOCK_M)
+        tile_n = mask_n[:, None] & col_mask[None, :]
+        x_n = tl.load(x_ptr + rows_n[:, None] * stride_xm + cols[None, :], mask=tile_n, other=0.0,
+                      eviction_policy=EVICT)
+        if HAS_RESIDUAL:
+            r_n = tl.load(res_ptr + rows_n[:, None] * stride_resm + cols[None, :], mask=tile_n, other=0.0,
+                          eviction_policy=EVICT)
+            x = _residual_sum(x, res, rout_ptr + rows[:, None] * stride_routm + cols[None, :], mask, BF16_RNE, True,
+                              STORE_CACHE)
+        y, rstd = _rms_norm_fwd_tile(x, w, N, eps, HAS_WEIGHT)
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask,
+                 cache_modifier=STORE_CACHE)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
 
 @triton.jit
@@ -115,17 +168,25 @@ def _rms_norm_fwd_kernel(
     stride_xm, stride_ym, res_ptr, rout_ptr, stride_resm, stride_routm,
     HAS_WEIGHT: tl.constexpr, ONE_PASS: tl.constexpr, BF16_RNE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr = False,
-    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "",
+    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", PREFETCH: tl.constexpr = False,
 ):
     """y and 1/rms of BLOCK_M rows per iteration, the program looping over row blocks pid,
     pid + num_programs, ... Tile [BLOCK_M, BLOCK_N]; rows longer than BLOCK_N are walked twice.
     HAS_RESIDUAL (add_rms_norm): the row normalized is x + residual rounded to x's dtype, which
     is also stored (rout); the second walk of a long row recomputes it. EVICT / STORE_CACHE: the
     one-pass tile's eviction policy for its loads and cache modifier for its stores ("": the
-    defaults; streaming hints for data read and written once)."""
+    defaults; streaming hints for data read and written once). PREFETCH (one pass): the next row
+    block is loaded before this one's arithmetic (the same operations, the same bits)."""
     cols = tl.arange(0, BLOCK_N)
     if ONE_PASS and HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    else:
+        w = tl.zeros([BLOCK_N], tl.float32)  # (unused)
+    if ONE_PASS and PREFETCH:
+        _rms_norm_fwd_rows_prefetched(x_ptr, y_ptr, rstd_ptr, res_ptr, rout_ptr, M, N, eps, stride_xm, stride_ym,
+                                      stride_resm, stride_routm, w, cols, HAS_WEIGHT, BF16_RNE, BLOCK_M, HAS_RESIDUAL,
+                                      EVICT, STORE_CACHE)
+        return
     for rb in range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
         rows, row_mask, rows64 = _row_block(rb * BLOCK_M, M, BLOCK_M)
         x_rows = x_ptr + rows64[:, None] * stride_xm
@@ -137,10 +198,7 @@ def _rms_norm_fwd_kernel(
                 x = _add_residual(x, res_ptr + rows64[:, None] * stride_resm + cols[None, :],
                                   rout_ptr + rows64[:, None] * stride_routm + cols[None, :], mask, BF16_RNE, True,
                                   EVICT, STORE_CACHE)
-            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
-            y = x * rstd[:, None]
-            if HAS_WEIGHT:
-                y = y * w[None, :]
+            y, rstd = _rms_norm_fwd_tile(x, w, N, eps, HAS_WEIGHT)
             tl.store(y_rows + cols[None, :], _round_for_store(y, y_ptr, BF16_RNE), mask=mask,
                      cache_modifier=STORE_CACHE)
         else:
@@ -348,6 +406,7 @@ def _rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, 
         HAS_WEIGHT=weight is not None, ONE_PASS=cfg.one_pass, BF16_RNE=bf16_rne(x.dtype),
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps,
         **({"EVICT": "evict_first", "STORE_CACHE": ".cs"} if cfg.streaming else {}),
+        **({"PREFETCH": True} if cfg.prefetch else {}),
     )(xr, w, yr, rstd, m, n, eps, xr.stride(0), yr.stride(0), resr, routr, resr.stride(0), routr.stride(0))
     return (y, rstd) if residual is None else (y, rstd, rout)
 
