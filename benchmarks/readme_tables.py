@@ -57,7 +57,8 @@ def tables(runs) -> str:
                     mine = [r for r in records if r.get("op") == spec.name and r.get("case") == case.name
                             and r.get("dtype") == dname]
                     ours = [r for r in mine if r.get("provider") == "roofkit" and _ms(r)]
-                    others = [r for r in mine if r.get("provider") != "roofkit"]
+                    # (roofkit's own variants, e.g. roofkit.unfused, are not another provider)
+                    others = [r for r in mine if not str(r.get("provider", "roofkit")).startswith("roofkit")]
                     if ours and any(_ms(r) and r.get("verified") for r in others):
                         found = (date, path, ours[0], others, env)
                         break
@@ -89,7 +90,9 @@ def tables(runs) -> str:
            "| --- | --- | --- | --- | --- | --- |", *rows, ""]
     if missing:
         out += ["Not measured yet: " + ", ".join(missing) + ".", ""]
-    out += ["Records: " + "; ".join(sorted(sources)) + "."]
+    out += ["Records (each row from the newest run that timed another verified provider beside roofkit; later "
+            "roofkit-only runs, such as before / after comparisons, are in benchmarks/results/): "
+            + "; ".join(sorted(sources)) + "."]
     return "\n".join(out)
 
 

@@ -1078,9 +1078,9 @@ def embedding_bag(
         num_bags = offsets.numel() - (1 if include_last_offset else 0)
         if num_bags < 0:
             raise ValueError(f"roofkit.{op}: offsets must hold at least one entry with include_last_offset=True")
-        if num_bags == 0 and offsets.numel():
+        if num_bags == 0 and offsets.numel() and not _capturing(offsets.device):
             # No bag reaches the kernel's offset checks: check the lone offset here (a sync on
-            # an empty result only).
+            # an empty result only; not under CUDA-graph capture, where nothing is read back).
             first = int(offsets[0])
             if first != 0 or first != input.numel():
                 raise ValueError(f"roofkit.{op}: with include_last_offset=True and no bags the only offset "
