@@ -195,7 +195,8 @@ def test_transpose_cost_counts_one_read_one_write():
     c = case("t", shape=(16384, 16384), dim0=0, dim1=1)
     assert transpose_module.transpose_cost(c, torch.float32).bytes == 2 * 16384 * 16384 * 4
     assert transpose_module.transpose_cost(c, torch.float32).flops == 0
-    assert transpose_module.transpose_cost(case("t", shape=(3, 5), mode="fwd_bwd"), torch.bfloat16).bytes == 4 * 15 * 2
+    # (the backward's minimum is a view of the output gradient: no bytes)
+    assert transpose_module.transpose_cost(case("t", shape=(3, 5), mode="fwd_bwd"), torch.bfloat16).bytes == 2 * 15 * 2
 
 
 def test_transpose_spec_declares_what_the_harness_needs():
@@ -210,3 +211,14 @@ def test_transpose_spec_declares_what_the_harness_needs():
     for c in SPEC.cases:
         if any(not d.is_floating_point for d in SPEC.case_dtypes(c)):
             assert c.get("grad") is False, c.name
+
+
+def test_transpose_backward_is_torchs_view_of_the_output_gradient(device):
+    # torch's gradient of transpose(x, d0, d1).contiguous() is the output gradient transposed back,
+    # a view copying nothing; roofkit's is the same tensor view (values, strides, storage).
+    x = _x((3, 4, 5), device).requires_grad_(True)
+    g = _x((5, 4, 3), device)
+    (gx,) = torch.autograd.grad(transpose(x, 0, 2), x, g)
+    (want,) = torch.autograd.grad(torch.transpose(x, 0, 2).contiguous(), x, g)
+    assert torch.equal(gx, want) and gx.stride() == want.stride()
+    assert gx.data_ptr() == g.data_ptr()
