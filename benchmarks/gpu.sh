@@ -17,7 +17,8 @@
 #           ALTERNATE=1: prefill / decode with the providers in one process, steps alternating)
 # training: compute-sanitizer memcheck and racecheck on benchmarks/sanitize_training.py
 # staged:   compute-sanitizer memcheck and racecheck on benchmarks/sanitize_staged.py (the staged-row
-#           kernel's three modes, amax's backward kernel)
+#           kernel's three modes, amax's backward kernel, rms_norm's prefetching / streaming
+#           configurations, rope's streaming hints)
 # bench:    roofkit bench $OPS --suite ${SUITE:-llama3-8b} with every installed provider
 # eval:     roofkit eval's GPU tests (the zoo on the GPU, the timing exploits) and eval against
 #           bench for the straightforward Triton softmax (benchmarks/eval_vs_bench.py)
