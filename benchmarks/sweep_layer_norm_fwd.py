@@ -26,25 +26,22 @@ for m, n in ((16384, 8192), (32768, 4096)):
     b = torch.randn(n, device=dev, generator=g).to(bf)
     ref = LN._layer_norm_forward(x, w, b, 1, 1e-5)
     fns = {"default " + str(tuple(LN._fwd_config(n))[:4]): lambda: LN._layer_norm_forward(x, w, b, 1, 1e-5)}
-    for bm, warps in itertools.product((1, 2, 4), (8, 16, 32)):
-        if bm * n > 32768:
-            continue
-        cfg = LN.Config(True, bm, n, warps)
+
+    def add(name, cfg):
+        """Time ``cfg`` under ``name`` if its output, mean and 1/std match the default's."""
         got = LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
-        if not all(torch.allclose(a.float(), r.float(), rtol=2e-2, atol=2e-2) for a, r in zip(got, ref)):
-            print(f"bm{bm} w{warps}: differs from the default's output: not timed")
-            continue
-        fns[f"bm{bm} w{warps}"] = lambda cfg=cfg: LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
+        if all(torch.allclose(a.float(), r.float(), rtol=2e-2, atol=2e-2) for a, r in zip(got, ref)):
+            fns[name] = lambda: LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
+        else:
+            print(f"{name}: differs from the default's output: not timed")
+
+    for bm, warps in itertools.product((1, 2, 4), (8, 16, 32)):
+        if bm * n <= 32768:
+            add(f"bm{bm} w{warps}", LN.Config(True, bm, n, warps))
     # Two passes over each row in chunks (the second from L1 / L2): few registers, many programs.
     for bm, bn, warps in itertools.product((1, 2), (1024, 2048, 4096), (4, 8, 16)):
-        if bn >= n or bm * bn // (32 * warps) < 4:
-            continue
-        cfg = LN.Config(False, bm, bn, warps)
-        got = LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
-        if not all(torch.allclose(a.float(), r.float(), rtol=2e-2, atol=2e-2) for a, r in zip(got, ref)):
-            print(f"loop bm{bm} bn{bn} w{warps}: differs from the default's output: not timed")
-            continue
-        fns[f"loop bm{bm} bn{bn} w{warps}"] = lambda cfg=cfg: LN._layer_norm_forward(x, w, b, 1, 1e-5, cfg)
+        if bn < n and bm * bn // (32 * warps) >= 4:
+            add(f"loop bm{bm} bn{bn} w{warps}", LN.Config(False, bm, bn, warps))
     fns["torch"] = lambda: F.layer_norm(x, (n,), w, b, 1e-5)
     compiled = torch.compile(F.layer_norm)
     fns["torch.compile"] = lambda: compiled(x, (n,), w, b, 1e-5)

@@ -80,20 +80,29 @@ def test_compiles_fullgraph_with_backward(device):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("residual", [False, True])
-def test_streaming_forward_configuration_gives_the_default_bits(residual, device):
-    # The streaming hints (evict-first loads, .cs stores) change where data is cached, never the
-    # arithmetic: outputs, the residual sum and 1/rms equal the default configuration's bitwise.
-    x, r, w = _inputs((6, 96), device, torch.bfloat16, seed=3)
-    cfg = rms._fwd_config(96, residual)
-    assert cfg.one_pass and not cfg.streaming
-    res = r if residual else None
-    want = rms._rms_norm_forward(x, w, 1e-6, cfg, residual=res)
-    got = rms._rms_norm_forward(x, w, 1e-6, cfg._replace(streaming=True), residual=res)
-    assert len(got) == len(want) == (3 if residual else 2)
-    for a, b in zip(got, want):
+def _bits_equal(got, want) -> None:
+    for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
     assert not torch.equal(got[0], torch.zeros_like(got[0]))
+
+
+@pytest.mark.parametrize("variant", ["streaming", "prefetch"])
+@pytest.mark.parametrize("residual,weight,block_m", [(True, True, 2), (False, True, 1), (True, False, 1)])
+def test_forward_variants_give_the_default_bits(variant, residual, weight, block_m, device):
+    # streaming: evict-first loads and .cs stores change where data is cached, never the
+    # arithmetic. prefetch: on a persistent grid whose programs walk several row blocks, the next
+    # one is loaded before this one's arithmetic. y, 1/rms and the residual sum equal the default
+    # configuration's bitwise (rows not a multiple of the tile).
+    m, n = 11, 96
+    x, r, w = _inputs((m, n), device, torch.bfloat16, seed=9)
+    w = w if weight else None
+    res = r if residual else None
+    cfg = rms.Config(True, block_m, 128, 4, 1)
+    assert not (cfg.streaming or cfg.prefetch) and rms._fwd_config(n, residual)[-2:] == (False, False)
+    want = rms._rms_norm_forward(x, w, 1e-6, cfg, residual=res)
+    got = rms._rms_norm_forward(x, w, 1e-6, cfg._replace(**{variant: True}), residual=res)
+    assert len(got) == len(want) == (3 if residual else 2)
+    _bits_equal(got, want)
 
 
 @pytest.mark.parametrize("residual,weight,block_m", [(True, True, 2), (False, True, 1), (True, False, 2)])
@@ -111,23 +120,4 @@ def test_prefetching_backward_configuration_gives_the_default_bits(residual, wei
     dres = dres if residual else None
     want = rms._rms_norm_backward(dy, rout, w, rstd, cfg, dres=dres)
     got = rms._rms_norm_backward(dy, rout, w, rstd, cfg._replace(prefetch=True), dres=dres)
-    for a, b in zip(got, want):
-        assert torch.equal(a, b)
-    assert not torch.equal(got[0], torch.zeros_like(got[0]))
-
-
-@pytest.mark.parametrize("residual,weight,block_m", [(True, True, 2), (False, True, 1), (True, False, 1)])
-def test_prefetching_forward_configuration_gives_the_default_bits(residual, weight, block_m, device):
-    # A persistent grid whose programs walk several row blocks, the next one loaded before this
-    # one's arithmetic: y, 1/rms and the residual sum equal the default loop's bitwise.
-    m, n = 11, 96
-    x, r, w = _inputs((m, n), device, torch.bfloat16, seed=9)
-    w = w if weight else None
-    res = r if residual else None
-    cfg = rms.Config(True, block_m, 128, 4, 1)
-    want = rms._rms_norm_forward(x, w, 1e-6, cfg, residual=res)
-    got = rms._rms_norm_forward(x, w, 1e-6, cfg._replace(prefetch=True), residual=res)
-    assert len(got) == len(want) == (3 if residual else 2)
-    for a, b in zip(got, want):
-        assert torch.equal(a, b)
-    assert not torch.equal(got[0], torch.zeros_like(got[0]))
+    _bits_equal(got, want)
