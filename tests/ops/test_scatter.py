@@ -594,3 +594,20 @@ def test_captured_graph_replays_out_of_range_indices_without_error_or_fault(dete
     safe = idx.cpu().masked_fill(bad, 0)
     want = torch.index_add(x.cpu().double(), 0, safe, src.cpu().double().masked_fill(bad[:, None], 0))
     torch.testing.assert_close(out.cpu().double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_16bit_atomics_accumulate_in_float32_from_the_tunable_ratio(monkeypatch, tunables):
+    # A float32 copy for 16-bit destinations with at least FP32_ACCUMULATE_MIN_PER_DEST
+    # contributions per destination (on a GPU; always under the interpreter, which has no
+    # bfloat16 atomics); float32 destinations never take one.
+    monkeypatch.setattr(launch, "interpreter_active", lambda: False)
+    assert launch.FP32_ACCUMULATE_MIN_PER_DEST == 1.0
+    for dt in (torch.bfloat16, torch.float16):
+        assert launch._accumulates_in_float32(dt, 8192, 8192) and launch._accumulates_in_float32(dt, 16384, 8192)
+        assert not launch._accumulates_in_float32(dt, 8192, 128256)
+    assert not launch._accumulates_in_float32(torch.float32, 16384, 8192)
+    tunables("scatter_add", FP32_ACCUMULATE_MIN_PER_DEST=4.0)
+    assert not launch._accumulates_in_float32(torch.bfloat16, 16384, 8192)
+    assert launch._accumulates_in_float32(torch.bfloat16, 32768, 8192)
+    monkeypatch.setattr(launch, "interpreter_active", lambda: True)
+    assert launch._accumulates_in_float32(torch.bfloat16, 1, 8192)

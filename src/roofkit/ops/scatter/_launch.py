@@ -44,6 +44,11 @@ UNROLL = 4  # contributions loaded together per step of the deterministic path (
 # eager call: the same bits.
 SPLIT_MIN = 256
 PIECE_TILE = 2048  # contributions x columns per step of a piece program
+# The atomic path on 16-bit destinations adds into a float32 copy (rounded once) when there are
+# at least this many contributions per destination on average, else with 16-bit atomics as torch's
+# CUDA kernels do. The copy costs two extra passes over a float32 output (a MoE combine of 2
+# contributions per token row: about 2.5x the minimum traffic).
+FP32_ACCUMULATE_MIN_PER_DEST = 1.0
 
 
 class Config(NamedTuple):
@@ -183,6 +188,18 @@ def _launch_range_check(c: _Canon, err: torch.Tensor):
     return copy_to_host_async(err)
 
 
+def _accumulates_in_float32(dtype: torch.dtype, L: int, N: int) -> bool:
+    """Whether the atomic path adds ``L`` contributions into ``N`` destinations of ``dtype``
+    through a float32 copy, rounded once: 16-bit destinations with at least
+    FP32_ACCUMULATE_MIN_PER_DEST contributions per destination on average, where 16-bit atomics
+    (each add rounded, in whatever order the programs arrive) lose the most. With fewer (an
+    embedding gradient: 8192 token rows into 128256) the atomics add in the destination's dtype,
+    as torch's CUDA kernels do. Always under the interpreter: Triton 3.6's has no bfloat16
+    atomics, and torch's CPU kernels (the error budget of CPU runs) accumulate 16-bit index_add
+    in float32."""
+    return dtype != torch.float32 and (interpreter_active() or L >= FP32_ACCUMULATE_MIN_PER_DEST * N)
+
+
 def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
     # The kernels skip out-of-range index values and count them in err; under capture no one
     # reads err (the host cannot wait), so nothing outside the output and src is ever touched.
@@ -202,14 +219,7 @@ def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alp
             raise _index_error(op, c)
     out3, tmp, view = _out_view(out, c)
     work = out3
-    if out3.dtype != torch.float32 and (interpreter_active() or c.L >= c.N):
-        # 16-bit destinations accumulate in a float32 copy, rounded once, when there are on average
-        # one or more contributions per destination (L >= N): there 16-bit atomics (each add
-        # rounded, in whatever order the programs arrive) lose the most, and the copy costs at most
-        # about one more pass of the contributions. With fewer (an embedding gradient: 8192 token
-        # rows into 128256) the atomics add in the destination's dtype, as torch's CUDA kernels do.
-        # Always under the interpreter: Triton 3.6's has no bfloat16 atomics, and torch's CPU
-        # kernels (the error budget of CPU runs) accumulate 16-bit index_add in float32.
+    if _accumulates_in_float32(out3.dtype, c.L, c.N):
         work = out3.to(torch.float32)
     cfg = _atomic_config(c.W)
     n_lb, n_ib = triton.cdiv(c.L, cfg.BLOCK_R), triton.cdiv(c.W, cfg.BLOCK_I)
@@ -371,4 +381,4 @@ def _scatter_gather_backward(grad, dim, index, src_shape, alpha, index_add) -> t
 
 # The tunables of this family's heuristics: what roofkit.config.override may set.
 TUNABLES = ("ATOMIC_TILE", "ATOMIC_MAX_BLOCK_I", "ATOMIC_WARPS", "PRECHECK_MIN_WIDTH", "RANGE_BLOCK", "SORTED_TILE",
-            "SORTED_MAX_BLOCK_I", "UNROLL", "SPLIT_MIN", "PIECE_TILE")
+            "SORTED_MAX_BLOCK_I", "UNROLL", "SPLIT_MIN", "PIECE_TILE", "FP32_ACCUMULATE_MIN_PER_DEST")
