@@ -158,6 +158,17 @@ def _rint(v):
 
 
 @triton.jit
+def _tile_of_program(n_pb, n_qb):
+    """(P block, channel block, Q block) of this program: Q blocks fastest, then P blocks."""
+    pid = tl.program_id(0)
+    qb = pid % n_qb
+    t = pid // n_qb
+    pb = t % n_pb
+    cb = t // n_pb
+    return pb, cb, qb
+
+
+@triton.jit
 def _offsets3(pb, cb, qb, sxp, sxc, sxq, P, C, Q, USE_INT64: tl.constexpr,
               BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Element offsets and mask of tile (pb, cb, qb) of a (P, C, Q) tensor; channel indices."""
@@ -250,11 +261,7 @@ def _quantize_kernel(
 ):
     """q = clamp(rint(x / S) + Z, QMIN, QMAX) on one [BLOCK_P, BLOCK_C, BLOCK_Q] tile (program id
     -> (channel block, P block, Q block)); x / S is IEEE round-to-nearest, rint half-to-even."""
-    pid = tl.program_id(0)
-    qb = pid % n_qb
-    t = pid // n_qb
-    pb = t % n_pb
-    cb = t // n_pb
+    pb, cb, qb = _tile_of_program(n_pb, n_qb)
     offs, mask, cs = _offsets3(pb, cb, qb, sxp, sxc, sxq, P, C, Q, USE_INT64, BLOCK_P, BLOCK_C, BLOCK_Q)
     qoffs, _, _ = _offsets3(pb, cb, qb, sqp, sqc, sqq, P, C, Q, USE_INT64, BLOCK_P, BLOCK_C, BLOCK_Q)
     c_ok = cs < C
@@ -274,11 +281,7 @@ def _dequantize_kernel(
     USE_INT64: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_Q: tl.constexpr,
 ):
     """r = S * (q - Z) in float32 (q - Z exact in int32, one rounding) on one tile."""
-    pid = tl.program_id(0)
-    qb = pid % n_qb
-    t = pid // n_qb
-    pb = t % n_pb
-    cb = t // n_pb
+    pb, cb, qb = _tile_of_program(n_pb, n_qb)
     offs, mask, cs = _offsets3(pb, cb, qb, sqp, sqc, sqq, P, C, Q, USE_INT64, BLOCK_P, BLOCK_C, BLOCK_Q)
     roffs, _, _ = _offsets3(pb, cb, qb, srp, src, srq, P, C, Q, USE_INT64, BLOCK_P, BLOCK_C, BLOCK_Q)
     c_ok = cs < C
