@@ -47,12 +47,12 @@ for dtype in (torch.bfloat16, torch.float32):
     for m, n in ((3 * sms + 5, 4096), (7, 1000)):
         x, r, dy, dr = (torch.randn(m, n, device="cuda", generator=g).to(dtype) for _ in range(4))
         w = torch.randn(n, device="cuda", generator=g).to(dtype)
-        for bm, pps in ((1, 1), (2, 2)):
+        for bm, pps, prefetch in ((1, 1, True), (2, 2, True), (2, 0, False)):
             for weight, res in ((w, r), (None, None)):
-                cfg = rms.Config(True, bm, triton.next_power_of_2(n), 8, pps, prefetch=True, streaming=True)
+                cfg = rms.Config(True, bm, triton.next_power_of_2(n), 8, pps, prefetch=prefetch, streaming=True)
                 out = rms._rms_norm_forward(x, weight, 1e-6, cfg, residual=res)
                 rin = out[2] if res is not None else x
-                rms._rms_norm_backward(dy, rin, weight, out[1], cfg._replace(streaming=False),
+                rms._rms_norm_backward(dy, rin, weight, out[1], cfg._replace(streaming=False, programs_per_sm=pps or 1),
                                        dres=dr if res is not None else None)
 with roofkit.config.override("rope", STREAMING=True):
     q = torch.randn(2, 9, 5, 64, device="cuda", generator=g).to(torch.bfloat16).requires_grad_(True)

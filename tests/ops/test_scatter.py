@@ -611,3 +611,7 @@ def test_16bit_atomics_accumulate_in_float32_from_the_tunable_ratio(monkeypatch,
     assert launch._accumulates_in_float32(torch.bfloat16, 32768, 8192)
     monkeypatch.setattr(launch, "interpreter_active", lambda: True)
     assert launch._accumulates_in_float32(torch.bfloat16, 1, 8192)
+    for bad in (-1.0, float("nan")):
+        monkeypatch.setattr(launch, "FP32_ACCUMULATE_MIN_PER_DEST", bad)
+        with pytest.raises(ValueError, match="FP32_ACCUMULATE_MIN_PER_DEST must be a number >= 0"):
+            launch._accumulates_in_float32(torch.bfloat16, 1, 8192)

@@ -134,7 +134,7 @@ def _rms_norm_fwd_rows_prefetched(x_ptr, y_ptr, rstd_ptr, res_ptr, rout_ptr, M, 
     the next block's x (and residual) loaded, in their own dtype, before this block's arithmetic."""
     col_mask = cols < N
     step = tl.num_programs(0)
-    _, mask_n, rows_n = _row_block(tl.program_id(0) * BLOCK_M, M, BLOCK_M)
+    _, mask_n, rows_n = _row_block(tl.program_id(0).to(tl.int64) * BLOCK_M, M, BLOCK_M)
     tile_n = mask_n[:, None] & col_mask[None, :]
     x_n = tl.load(x_ptr + rows_n[:, None] * stride_xm + cols[None, :], mask=tile_n, other=0.0, eviction_policy=EVICT)
     if HAS_RESIDUAL:
@@ -147,7 +147,8 @@ def _rms_norm_fwd_rows_prefetched(x_ptr, y_ptr, rstd_ptr, res_ptr, rout_ptr, M, 
         res = r_n
         _, row_mask, rows = _row_block(rb * BLOCK_M, M, BLOCK_M)
         mask = row_mask[:, None] & col_mask[None, :]
-        _, mask_n, rows_n = _row_block((rb + step) * BLOCK_M, M, BLOCK_M)
+        # (the next block's first row in 64 bits: past the last block it may not fit 32)
+        _, mask_n, rows_n = _row_block((rb + step).to(tl.int64) * BLOCK_M, M, BLOCK_M)
         tile_n = mask_n[:, None] & col_mask[None, :]
         x_n = tl.load(x_ptr + rows_n[:, None] * stride_xm + cols[None, :], mask=tile_n, other=0.0,
                       eviction_policy=EVICT)

@@ -197,7 +197,11 @@ def _accumulates_in_float32(dtype: torch.dtype, L: int, N: int) -> bool:
     as torch's CUDA kernels do. Always under the interpreter: Triton 3.6's has no bfloat16
     atomics, and torch's CPU kernels (the error budget of CPU runs) accumulate 16-bit index_add
     in float32."""
-    return dtype != torch.float32 and (interpreter_active() or L >= FP32_ACCUMULATE_MIN_PER_DEST * N)
+    ratio = FP32_ACCUMULATE_MIN_PER_DEST
+    if not ratio >= 0:  # (NaN fails too)
+        raise ValueError(f"roofkit.scatter_add / index_add: FP32_ACCUMULATE_MIN_PER_DEST must be a number >= 0 "
+                         f"(contributions per destination), got {ratio!r}")
+    return dtype != torch.float32 and (interpreter_active() or L >= ratio * N)
 
 
 def _atomic_path(op: str, input: torch.Tensor, out: torch.Tensor, c: _Canon, alpha: float) -> None:
