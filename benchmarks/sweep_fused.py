@@ -1,12 +1,11 @@
-"""Sweeps for add_rms_norm (forward and backward, with and without streaming cache hints / prefetching
-the next rows) and rope launch parameters at llama3-8b shapes.
+"""Sweeps for add_rms_norm's launch parameters (forward and backward, with and without streaming cache
+hints / prefetching the next rows) at llama3-8b shapes (rope's: benchmarks/sweep_rope.py).
 
     PYTHONPATH=src python3 benchmarks/sweep_fused.py      (a GPU)
 """
-import itertools, json, os, sys, torch
+import importlib, json, os, torch
 from roofkit.harness.timing import time_providers
-import importlib
-R = importlib.import_module("roofkit.ops.rms_norm"); P = importlib.import_module("roofkit.ops.rope")
+R = importlib.import_module("roofkit.ops.rms_norm")
 
 dev, bf = "cuda", torch.bfloat16
 COPY = float(os.environ.get("COPY_GBPS", 4248))
@@ -80,23 +79,4 @@ for bm, wp, pps, st in [(1, 8, 2, 3), (1, 16, 1, 3), (1, 8, 4, 3), (1, 4, 4, 3),
                     R._rms_norm_backward(dy, rout, w, rstd, base))
 run("rms_norm bwd 8192x4096", fns, 3 * M * N * 2)
 
-B, S, Hq, Hk, D = 1, 8192, 32, 8, 128
-q = torch.randn(B, S, Hq, D, device=dev, generator=g).to(bf).transpose(1, 2)
-k = torch.randn(B, S, Hk, D, device=dev, generator=g).to(bf).transpose(1, 2)
-ang = torch.randn(S, D // 2, device=dev, generator=g).repeat(1, 2)[None]
-cos, sin = ang.cos().to(bf), ang.sin().to(bf)
-dq = torch.randn(B, Hq, S, D, device=dev, generator=g).to(bf)
-dk = torch.randn(B, Hk, S, D, device=dev, generator=g).to(bf)
-nbytes = 2 * (Hq + Hk) * S * D * 2
-for label, a, b_, bwd in (("rope fwd transposed", q, k, False), ("rope bwd contiguous grads", dq, dk, True)):
-    fns = {}
-    for sb, hg, wp in itertools.product((4, 8, 16, 32), (2, 4, 8, 16), (2, 4, 8)):
-        if sb * 64 * hg > 64 * 1024 and wp == 2:
-            continue
-
-        def f(sb=sb, hg=hg, wp=wp, a=a, b_=b_, bwd=bwd):
-            P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS = sb, hg, wp, wp
-            return P._rope(a, b_, cos, sin, 1, bwd, bf)
-        fns[f"sb{sb} hg{hg} w{wp}"] = f
-    run(label, fns, nbytes)
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "fused_sweep.json"), "w"), indent=1)

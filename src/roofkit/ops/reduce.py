@@ -304,8 +304,9 @@ def _reduce_cols_kernel(
 def _amax_bwd_rows_kernel(x_ptr, y_ptr, g_ptr, dx_ptr, N, stride_g, BF16_RNE: tl.constexpr, BLOCK_N: tl.constexpr):
     """amax's gradient for one row of length N (contiguous rows): the row's output gradient g
     split evenly among the elements equal to its maximum y, as torch computes it, (g / count) *
-    (x == y) in float32 with the count in the gradient's dtype: a row whose maximum no element equals (NaN) has count 0 and gets NaN
-    everywhere (inf * 0), as torch's. Two passes over the row: the count, then the gradient."""
+    (x == y) in float32 with the count in the gradient's dtype: a row whose maximum no element
+    equals (NaN) has count 0 and gets NaN everywhere (inf * 0), as torch's. Two passes over the
+    row: the count, then the gradient."""
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * N
     dx_row = dx_ptr + row * N
