@@ -5,6 +5,7 @@ backward on contiguous (B, H, S, D) output gradients; every configuration checke
 default's output before it is timed. Warm L2 off (the harness's cold-L2 timing), one process.
 
     PYTHONPATH=src python3 benchmarks/sweep_rope.py
+    S_BLOCKS="2 4 8" HEADS="4 8" WARPS="2 4" PYTHONPATH=src python3 benchmarks/sweep_rope.py   (a smaller grid)
 """
 import importlib, itertools, os, torch
 from roofkit.harness.timing import time_providers
@@ -19,6 +20,8 @@ ang = torch.randn(S, D // 2, device=dev, generator=g).repeat(1, 2)[None]
 cos, sin = ang.cos().to(bf), ang.sin().to(bf)
 dq = torch.randn(B, Hq, S, D, device=dev, generator=g).to(bf)
 dk = torch.randn(B, Hk, S, D, device=dev, generator=g).to(bf)
+GRID = {k: [int(v) for v in os.environ.get(k, d).split()]
+        for k, d in (("S_BLOCKS", "2 4 8 16"), ("HEADS", "2 4 8 16"), ("WARPS", "2 4 8"))}
 nbytes = 2 * (Hq + Hk) * S * D * 2 + 2 * S * D * 2
 default = (P.S_BLOCK, P.HEADS_PER_PROGRAM, P.NUM_WARPS, P.BACKWARD_NUM_WARPS)
 for label, a, b_, bwd in (("rope fwd (transposed q, k)", q, k, False), ("rope bwd (contiguous grads)", dq, dk, True)):
@@ -27,7 +30,7 @@ for label, a, b_, bwd in (("rope fwd (transposed q, k)", q, k, False), ("rope bw
     ref = P._rope(a, b_, cos, sin, 1, bwd, bf)
     default_here = default[:2] + (default[3] if bwd else default[2], P.STREAMING)
     fns = {}
-    for sb, hg, wp, st in itertools.product((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8), (False, True)):
+    for sb, hg, wp, st in itertools.product(*(GRID[k] for k in ("S_BLOCKS", "HEADS", "WARPS")), (False, True)):
         def f(sb=sb, hg=hg, wp=wp, st=st, a=a, b_=b_, bwd=bwd):
             P.S_BLOCK, P.HEADS_PER_PROGRAM, P.STREAMING = sb, hg, st
             if bwd:

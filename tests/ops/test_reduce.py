@@ -94,10 +94,10 @@ def test_reduce_launch_heuristic_on_an_h200_sized_device(monkeypatch):
     # Short rows share a tile.
     cfg = reduce_module._rows_config(65536, 128, 4, dev)
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.splits) == (32, 128, 1)
-    # Mean over the sequence of (4, 8192, 4096) bf16: 64 column blocks of 256, each split into
-    # 16 runs of 16 tiles of 32 rows.
+    # Mean over the sequence of (4, 8192, 4096) bf16: 128 column blocks of 128 (256-byte
+    # segments), each split into 8 runs of 16 tiles of 64 rows.
     cfg = reduce_module._cols_config(4, 8192, 4096, 2, dev)
-    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.splits, cfg.chunks_per_split) == (256, 32, 16, 16)
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.splits, cfg.chunks_per_split) == (128, 64, 8, 16)
 
 
 def test_reduce_int64_offsets_for_more_than_2pow31_elements(monkeypatch, device):

@@ -601,14 +601,15 @@ def test_16bit_atomics_accumulate_in_float32_from_the_tunable_ratio(monkeypatch,
     # contributions per destination (on a GPU; always under the interpreter, which has no
     # bfloat16 atomics); float32 destinations never take one.
     monkeypatch.setattr(launch, "interpreter_active", lambda: False)
-    assert launch.FP32_ACCUMULATE_MIN_PER_DEST == 1.0
+    assert launch.FP32_ACCUMULATE_MIN_PER_DEST == 4.0
     for dt in (torch.bfloat16, torch.float16):
-        assert launch._accumulates_in_float32(dt, 8192, 8192) and launch._accumulates_in_float32(dt, 16384, 8192)
+        assert launch._accumulates_in_float32(dt, 32768, 8192) and launch._accumulates_in_float32(dt, 65536, 8192)
+        assert not launch._accumulates_in_float32(dt, 16384, 8192)  # a top-2 MoE combine: atomics
         assert not launch._accumulates_in_float32(dt, 8192, 128256)
-    assert not launch._accumulates_in_float32(torch.float32, 16384, 8192)
-    tunables("scatter_add", FP32_ACCUMULATE_MIN_PER_DEST=4.0)
-    assert not launch._accumulates_in_float32(torch.bfloat16, 16384, 8192)
-    assert launch._accumulates_in_float32(torch.bfloat16, 32768, 8192)
+    assert not launch._accumulates_in_float32(torch.float32, 65536, 8192)
+    tunables("scatter_add", FP32_ACCUMULATE_MIN_PER_DEST=1.0)
+    assert launch._accumulates_in_float32(torch.bfloat16, 16384, 8192)
+    assert not launch._accumulates_in_float32(torch.bfloat16, 8191, 8192)
     monkeypatch.setattr(launch, "interpreter_active", lambda: True)
     assert launch._accumulates_in_float32(torch.bfloat16, 1, 8192)
     for bad in (-1.0, float("nan")):

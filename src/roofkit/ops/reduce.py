@@ -91,7 +91,7 @@ def _reduction_length(case) -> int:
 
 TILE_BYTES = 16384  # input bytes one program reads per loop iteration (16 B x 4 loads per thread)
 BYTES_PER_THREAD = 64  # sets num_warps: TILE_BYTES / (32 * 64) = 8 warps for a full tile
-COL_SEGMENT_BYTES = 512  # contiguous bytes per tile row in the column kernel
+COL_SEGMENT_BYTES = 256  # contiguous bytes per tile row in the column kernel (docs/data_movement.md: 512 measured slower)
 MIN_PROGRAMS_PER_SM = 4  # fewer row / column blocks than this per SM: split the reduced axis
 MAX_CHUNKS_PER_PROGRAM = 16  # a split program reads at most this many tiles (256 KiB)
 # amax's backward over the trailing dims of a contiguous input runs one kernel (a program a row)
