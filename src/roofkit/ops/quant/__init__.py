@@ -28,7 +28,7 @@ Layout. ``_common.py``: dtype sets and helpers both halves use. ``affine.py``: q
 dequantize. ``gemm.py``: int8_matmul and scaled_mm (imports quantize_torch from affine to make
 its test inputs). Launch settings are read at call time from the submodule that uses them, so
 patch them there, not on this package (which deliberately does not re-export them):
-``affine.MINMAX_PROGRAMS_PER_SM``, ``affine.ELEMWISE_TILE``, ``gemm.TMA_MODE``, ``gemm.WS_MODE`` and
+``affine.MINMAX_PROGRAMS_PER_SM``, ``affine.ELEMWISE_TILE``, ``affine.DEQUANTIZE_*``, ``gemm.TMA_MODE``, ``gemm.WS_MODE`` and
 ``gemm.WS_MIN`` (when scaled_mm takes the warp-specialized kernel of ``_fp8_ws``).
 """
 

@@ -3,7 +3,7 @@ costs, test cases and specs). The math, program mapping and sources are in the p
 (roofkit/ops/quant/__init__.py).
 
 Settings read at call time from this module (tests patch them here): MINMAX_PROGRAMS_PER_SM,
-ELEMWISE_TILE.
+ELEMWISE_TILE, DEQUANTIZE_TILE, DEQUANTIZE_INNER, DEQUANTIZE_WARPS.
 """
 
 from __future__ import annotations
@@ -29,8 +29,13 @@ QUANT_CLAMP = 1024.0
 QUANT_CLAMP_JIT = tl.constexpr(QUANT_CLAMP)
 # Programs per SM the min/max reduction aims for (split over the reduced elements).
 MINMAX_PROGRAMS_PER_SM = 4
-# Elements per quantize / dequantize / min-max tile.
+# Elements per quantize / min-max tile.
 ELEMWISE_TILE = 4096
+# dequantize's tile (elements), the most of them along the unit-stride dimension, and warps: an
+# int8 read and a float32 write per element.
+DEQUANTIZE_TILE = 4096
+DEQUANTIZE_INNER = 1024
+DEQUANTIZE_WARPS = 4
 
 
 def _qrange(dtype: torch.dtype) -> tuple[int, int]:
@@ -311,11 +316,12 @@ def _view3(x: torch.Tensor, axis: int | None) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=4096)
-def _elementwise_plan(shape: tuple, strides: tuple, tile: int):
+def _elementwise_plan(shape: tuple, strides: tuple, tile: int, inner_max: int = 1024):
     """((BLOCK_P, BLOCK_C, BLOCK_Q), P blocks, C blocks, Q blocks, int64 offsets) of an elementwise
-    pass over a (P, C, Q) view of these strides, writing a contiguous tensor of its shape."""
+    pass over a (P, C, Q) view of these strides, writing a contiguous tensor of its shape; at most
+    ``inner_max`` elements along the unit-stride dimension."""
     P, C, Q = shape
-    bp, bc, bq = _tile3_of(shape, strides, tile, 1024)
+    bp, bc, bq = _tile3_of(shape, strides, tile, inner_max)
     use_int64 = needs_int64(*(s * st for s, st in zip(shape, strides)), P * C * Q)
     return (bp, bc, bq), _cdiv(P, bp), _cdiv(C, bc), _cdiv(Q, bq), use_int64
 
@@ -380,12 +386,12 @@ def _dequantize_forward(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.
     shape, qs = tuple(qv.shape), qv.stride()
     rv = r.view(shape)
     P, C, Q = shape
-    (bp, bc, bq), n_pb, n_cb, n_qb, use_int64 = _elementwise_plan(shape, qs, ELEMWISE_TILE)
+    (bp, bc, bq), n_pb, n_cb, n_qb, use_int64 = _elementwise_plan(shape, qs, DEQUANTIZE_TILE, DEQUANTIZE_INNER)
     s = scale.reshape(-1).contiguous()
     z = zero_point.reshape(-1).contiguous()
     cached_launch(
         _LAUNCHES, _dequantize_kernel, n_cb * n_pb * n_qb,
-        USE_INT64=use_int64, BLOCK_P=bp, BLOCK_C=bc, BLOCK_Q=bq, num_warps=4,
+        USE_INT64=use_int64, BLOCK_P=bp, BLOCK_C=bc, BLOCK_Q=bq, num_warps=DEQUANTIZE_WARPS,
     )(qv, rv, s, z, P, C, Q, *qs, *rv.stride(), n_pb, n_qb)
     return r
 
@@ -654,4 +660,4 @@ DEQUANTIZE_SPEC = OpSpec(
 
 
 # The tunables of this family's heuristics: what roofkit.config.override may set.
-TUNABLES = ("MINMAX_PROGRAMS_PER_SM", "ELEMWISE_TILE")
+TUNABLES = ("MINMAX_PROGRAMS_PER_SM", "ELEMWISE_TILE", "DEQUANTIZE_TILE", "DEQUANTIZE_INNER", "DEQUANTIZE_WARPS")
