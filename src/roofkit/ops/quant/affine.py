@@ -20,8 +20,7 @@ from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, case
 from .._common import FLOAT_DTYPES, as_int, check_same_device, check_tensor, needs_int64, sm_count
 from .._runtime import Op, cached_launch, planned
-from ._common import (_INT_RANGES, Q_DTYPES, _I8, _cdiv, _channel_shape, _check_zero_point_range, _esize,
-                      _pow2)
+from ._common import _INT_RANGES, Q_DTYPES, _I8, _cdiv, _channel_shape, _esize, _pow2
 
 # quantize clamps x / S to +-QUANT_CLAMP before rounding (the result is clamped to [qmin, qmax]
 # after adding Z anyway), which keeps |v| < 2**22 for the round-half-even trick below.
@@ -285,14 +284,15 @@ def _dequantize_kernel(
     q_ptr, r_ptr, scale_ptr, zp_ptr, P, C, Q, sqp, sqc, sqq, srp, src, srq, n_pb, n_qb,
     USE_INT64: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_Q: tl.constexpr,
 ):
-    """r = S * (q - Z) in float32 (q - Z exact in int32, one rounding) on one tile."""
+    """r = S * (q - Z) in float32 on one tile: q - Z exact in int64 (any int32 zero point), rounded
+    to float32 (exact while |q - Z| < 2**24: always for a zero point in q's range), times S."""
     pb, cb, qb = _tile_of_program(n_pb, n_qb)
     offs, mask, cs = _offsets3(pb, cb, qb, sqp, sqc, sqq, P, C, Q, USE_INT64, BLOCK_P, BLOCK_C, BLOCK_Q)
     roffs, _, _ = _offsets3(pb, cb, qb, srp, src, srq, P, C, Q, USE_INT64, BLOCK_P, BLOCK_C, BLOCK_Q)
     c_ok = cs < C
     s = tl.load(scale_ptr + cs, mask=c_ok, other=1.0)
-    z = tl.load(zp_ptr + cs, mask=c_ok, other=0)
-    q = tl.load(q_ptr + offs, mask=mask, other=0).to(tl.int32)
+    z = tl.load(zp_ptr + cs, mask=c_ok, other=0).to(tl.int64)
+    q = tl.load(q_ptr + offs, mask=mask, other=0).to(tl.int64)
     r = (q - z[None, :, None]).to(tl.float32) * s[None, :, None]
     tl.store(r_ptr + roffs, r, mask=mask)
 
@@ -498,11 +498,12 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *
     Raises:
         TypeError: q not int8/uint8, scale not float32, zero_point not int32, axis not an int.
         ValueError: scale / zero_point of the wrong size or shape; tensors on different devices.
-        RuntimeError: a zero point outside q's integer range (a device-side assert, raised at
-            the next synchronization on a GPU).
         IndexError: axis out of range.
     Numerics:
-        q - Z exact in int32, one float32 rounding of the product (as torch.dequantize).
+        q - Z exact, one float32 rounding of the product (as torch.dequantize) for a zero point
+        in q's integer range. Any other int32 zero point is taken as given (torch's quantized
+        tensors cannot hold one; no check costs device time): q - Z exact in int64, rounded to
+        float32 once before the product when |q - Z| >= 2**24.
     Cost:
         q read once (1 byte), r written once (4 bytes), 8 bytes per channel; 2 FLOP per element.
     Source:
@@ -524,7 +525,6 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *
                     f"roofkit.dequantize: {name} must have shape ({c},) or {_channel_shape(q.shape, ax)} "
                     f"for axis={ax}; got {tuple(t.shape)}"
                 )
-    _check_zero_point_range("dequantize", "zero_point", zero_point, q.dtype)
     return _dequantize_op(q, scale, zero_point, ax)
 
 
