@@ -6,6 +6,7 @@ op through its spec; nothing about an op is written twice.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -161,6 +162,14 @@ class OpSpec:
     marker: str | None = None
     describe: Callable[[Case, torch.dtype, torch.device], str] | None = None
     tuners: tuple = ()
+
+    def sibling(self, **changes: Any) -> "OpSpec":
+        """The spec of a sibling op that shares this one's other fields.
+
+        ``changes`` are the fields that differ (``name`` at least); every other field is this
+        spec's value, the same object (``dataclasses.replace``).
+        """
+        return dataclasses.replace(self, **changes)
 
     def case(self, name: str) -> Case:
         for c in self.cases:

@@ -468,21 +468,16 @@ SWIGLU_SPEC = OpSpec(
     marker="glu",
 )
 
-GEGLU_SPEC = OpSpec(
+GEGLU_SPEC = SWIGLU_SPEC.sibling(
     name="geglu",
     impl=geglu,
     reference=geglu_reference,
     torch_impl=_geglu_torch,
-    make_inputs=_make_inputs,
-    cost=glu_cost,
-    dtypes=FLOAT_DTYPES,
     cases=_GEGLU_CASES,
     # the tanh GELU at llama3-8b's MLP width, and gemma-7b's (intermediate 24576).
     suites=_suites({"llama3-8b": 14336, "gemma-7b": 24576}, approximate="tanh"),
     baselines={**baselines.eager_and_compiled(_geglu_torch),
                "liger": _liger_geglu, "flaggems": baselines.flaggems(_geglu_torch)},
-    grad_args=(0, 1),
-    marker="glu",
 )
 
 SPECS = (SWIGLU_SPEC, GEGLU_SPEC)

@@ -751,23 +751,16 @@ SOFTMAX_SPEC = OpSpec(
     marker="softmax",
 )
 
-LOG_SOFTMAX_SPEC = OpSpec(
+LOG_SOFTMAX_SPEC = SOFTMAX_SPEC.sibling(
     name="log_softmax",
     impl=log_softmax,
     reference=log_softmax_reference,
     torch_impl=F.log_softmax,
-    make_inputs=_make_inputs,
-    cost=softmax_cost,
-    reduction_length=_reduction_length,
-    dtypes=FLOAT_DTYPES,
-    cases=CASES,
     suites={k: [c for c in v if c.name.startswith("logits")] for k, v in SUITES.items()},
     baselines={
         **baselines.eager_and_compiled(F.log_softmax),
         "flaggems": baselines.flaggems(F.log_softmax),
     },
-    grad_args=(0,),
-    marker="softmax",
 )
 
 SPECS = (SOFTMAX_SPEC, LOG_SOFTMAX_SPEC)

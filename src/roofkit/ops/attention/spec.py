@@ -528,24 +528,18 @@ SDPA_SPEC = OpSpec(
     marker="attention",
 )
 
-FLASH_ATTENTION_SPEC = OpSpec(
+FLASH_ATTENTION_SPEC = SDPA_SPEC.sibling(
     name="flash_attention",
     impl=flash_attention,
     reference=flash_attention_reference,
     torch_impl=_flash_torch,
     make_inputs=_flash_inputs,
     cost=flash_attention_cost,
-    reduction_length=_reduction_length,
-    dtypes=(torch.bfloat16, torch.float16, torch.float32),
     cases=_FLASH_CASES,
     suites=_FLASH_SUITES,
     baselines={
         **baselines.eager_and_compiled(_flash_torch),
     },
-    grad_args=(0, 1, 2),
-    deterministic=not ATOMIC_DQ,
-    matrix=True,
-    marker="attention",
 )
 
 SPECS = (SDPA_SPEC, FLASH_ATTENTION_SPEC)

@@ -192,14 +192,11 @@ def index_add(
             dtype not input's), alpha not a real number, bad ``dim`` or ``deterministic`` type.
         ValueError: index not 1-D, source of the wrong shape, tensors on different or
             unsupported devices.
-        IndexError: ``dim`` out of range; index values outside [0, input.size(dim)) (checked on
-            the device, one host synchronization per call: for rows at least 8 wide a separate
-            check before any add, the wait hidden behind the copy of input; else at the end).
-            Not under CUDA-graph capture (``torch.cuda.is_current_stream_capturing()``), where the
-            host can neither wait nor read the device: there the index is not checked and an
-            out-of-range value is skipped (its contribution dropped, its gradient 0) by the
-            captured kernels at every replay, without an error; nothing outside input, source
-            and the output is ever read or written. Validate indices before capturing.
+        IndexError: ``dim`` out of range; index values outside [0, input.size(dim)), checked as
+            :func:`scatter_add` checks them (one host synchronization per call). Not under
+            CUDA-graph capture: there an out-of-range value is skipped (its contribution dropped,
+            its gradient 0) without an error, and nothing outside input, source and the output
+            is ever read or written. Validate indices before capturing.
     Numerics:
         As :func:`scatter_add`; alpha multiplies each source element (atomic path) or each
         destination's float32 sum (deterministic path). Backward: grad_input = grad,

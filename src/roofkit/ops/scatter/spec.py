@@ -171,6 +171,16 @@ def _torch_deterministic(fn):
     return factory
 
 
+def _baseline_providers(torch_fn) -> dict:
+    """Both ops' baselines, each running ``torch_fn``: torch eager and compiled, torch with its
+    deterministic algorithms, FlagGems."""
+    return {
+        **baselines.eager_and_compiled(torch_fn),
+        "torch.deterministic": _torch_deterministic(torch_fn),
+        "flaggems": baselines.flaggems(torch_fn),
+    }
+
+
 _F32 = (torch.float32,)
 _BF16 = (torch.bfloat16,)
 _MI = 1 << 20
@@ -334,37 +344,24 @@ SCATTER_ADD_SPEC = OpSpec(
     dtypes=FLOAT_DTYPES,
     cases=SCATTER_ADD_CASES,
     suites=SCATTER_ADD_SUITES,
-    baselines={
-        **baselines.eager_and_compiled(_torch_scatter_add),
-        "torch.deterministic": _torch_deterministic(_torch_scatter_add),
-        "flaggems": baselines.flaggems(_torch_scatter_add),
-    },
+    baselines=_baseline_providers(_torch_scatter_add),
     grad_args=(0, 3),
-    # The default (atomic) path is not bitwise reproducible; deterministic=True cases are checked
-    # for bitwise reproducibility by tests/ops/test_scatter.py.
+    # The default (atomic) path of both ops is not bitwise reproducible; deterministic=True cases
+    # are checked for bitwise reproducibility by tests/ops/test_scatter.py.
     deterministic=False,
     marker="scatter",
 )
 
-INDEX_ADD_SPEC = OpSpec(
+INDEX_ADD_SPEC = SCATTER_ADD_SPEC.sibling(
     name="index_add",
     impl=index_add,
     reference=index_add_reference,
     torch_impl=_torch_index_add,
     make_inputs=_index_add_inputs,
     cost=index_add_cost,
-    reduction_length=_multiplicity,
-    dtypes=FLOAT_DTYPES,
     cases=INDEX_ADD_CASES,
     suites=INDEX_ADD_SUITES,
-    baselines={
-        **baselines.eager_and_compiled(_torch_index_add),
-        "torch.deterministic": _torch_deterministic(_torch_index_add),
-        "flaggems": baselines.flaggems(_torch_index_add),
-    },
-    grad_args=(0, 3),
-    deterministic=False,
-    marker="scatter",
+    baselines=_baseline_providers(_torch_index_add),
 )
 
 SPECS = (SCATTER_ADD_SPEC, INDEX_ADD_SPEC)
