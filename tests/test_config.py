@@ -68,3 +68,28 @@ def test_override_refuses_unknown_names_types_and_ops():
         with config.override("softmax", SPLIT_SEG=1024):
             raise RuntimeError("inside")
     assert config.tunables("softmax") == before  # put back after an exception too
+
+
+def test_override_sets_nothing_when_one_value_cannot_be_converted():
+    before = config.tunables("scatter_add")
+    with pytest.raises(ValueError, match=r"scatter_add's FP32_ACCUMULATE_MIN_PER_DEST must fit in a float"):
+        with config.override("scatter_add", ATOMIC_WARPS=2, FP32_ACCUMULATE_MIN_PER_DEST=10**400):
+            pass
+    assert config.tunables("scatter_add") == before
+
+
+@pytest.mark.parametrize("op, name, value, words", [
+    ("sum", "COL_SEGMENT_BYTES", 96, "COL_SEGMENT_BYTES must be a power of two >= 1; got 96"),
+    ("sum", "COL_SEGMENT_BYTES", 0, "COL_SEGMENT_BYTES must be a power of two >= 1; got 0"),
+    ("mean", "TILE_BYTES", 12000, "TILE_BYTES must be a power of two >= 1; got 12000"),
+    ("dequantize", "DEQUANTIZE_INNER", 3, "must be a power of two >= 1; got 3"),
+])
+def test_block_size_tunables_that_are_no_power_of_two_are_refused_by_name(op, name, value, words, device):
+    x = torch.randn(64, 24, device=device)
+    with config.override(op, **{name: value}):
+        with pytest.raises(ValueError, match=words):
+            if op == "dequantize":
+                roofkit.dequantize(torch.ones(8, 16, dtype=torch.int8, device=device), torch.ones((), device=device),
+                                   torch.zeros((), dtype=torch.int32, device=device))
+            else:
+                getattr(roofkit, op)(x, dim=0)

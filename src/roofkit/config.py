@@ -72,6 +72,16 @@ def _check(op: str, mod: types.ModuleType, name: str, value) -> None:
                         f"got {type(value).__name__} {value!r}")
 
 
+def _as_kind(op: str, name: str, value, current):
+    """``value`` as the tunable's own type (an int given for a float tunable becomes a float)."""
+    if type(current) is not float:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"roofkit.config.override: {op}'s {name} must fit in a float; got {value!r}") from None
+
+
 @contextlib.contextmanager
 def override(op: str, **values):
     """Within the block, ``op``'s family runs with these tunables (see the module's notes)."""
@@ -81,8 +91,9 @@ def override(op: str, **values):
     for name, value in values.items():
         _check(op, mod, name, value)
     old = {name: getattr(mod, name) for name in values}
-    for name, value in values.items():
-        setattr(mod, name, float(value) if type(old[name]) is float else value)
+    new = {name: _as_kind(op, name, value, old[name]) for name, value in values.items()}  # before any is set
+    for name, value in new.items():
+        setattr(mod, name, value)
     clear_plans()
     try:
         yield tunables(op)

@@ -140,6 +140,12 @@ def _split_counts(programs: int, chunks: int, target: int, max_chunks: int) -> t
 _CONFIG_CACHE = 4096
 
 
+def _power_of_two_tunable(name: str, value: int) -> None:
+    """Block edges come from these byte counts, and a Triton block edge is a power of two."""
+    if value < 1 or value & (value - 1):
+        raise ValueError(f"roofkit.sum / mean / amax: the tunable {name} must be a power of two >= 1; got {value}")
+
+
 def _rows_config(m: int, n: int, elem_size: int, device: torch.device, split: bool = True) -> Config:
     """Row reduction of an (m, n) block: tiles of TILE_BYTES (several short rows per tile)."""
     target = MIN_PROGRAMS_PER_SM * sm_count(device) if split else 0
@@ -149,6 +155,7 @@ def _rows_config(m: int, n: int, elem_size: int, device: torch.device, split: bo
 @functools.lru_cache(maxsize=_CONFIG_CACHE)
 def _rows_config_of(m: int, n: int, elem_size: int, split: bool, target: int, tile_bytes: int,
                     bytes_per_thread: int, max_chunks: int) -> Config:
+    _power_of_two_tunable("TILE_BYTES", tile_bytes)
     tile = max(1, tile_bytes // elem_size)
     block_n = min(next_pow2(n), tile)
     block_m = min(max(1, tile // block_n), next_pow2(m))
@@ -167,6 +174,8 @@ def _cols_config(outer: int, n: int, inner: int, elem_size: int, device: torch.d
 @functools.lru_cache(maxsize=_CONFIG_CACHE)
 def _cols_config_of(outer: int, n: int, inner: int, elem_size: int, split: bool, target: int, tile_bytes: int,
                     col_segment_bytes: int, bytes_per_thread: int, max_chunks: int) -> Config:
+    _power_of_two_tunable("TILE_BYTES", tile_bytes)
+    _power_of_two_tunable("COL_SEGMENT_BYTES", col_segment_bytes)
     tile = max(1, tile_bytes // elem_size)
     block_i = min(next_pow2(inner), max(1, col_segment_bytes // elem_size))
     block_n = min(next_pow2(n), max(1, tile // block_i))

@@ -93,7 +93,9 @@ def _param_view(t: torch.Tensor, q: torch.Tensor, axis: int | None) -> torch.Ten
 
 
 def dequantize_torch(q, scale, zero_point, *, axis=None):
-    """S * (q - Z) in torch float32 (the torch baseline)."""
+    """S * (q - Z) in torch float32 (the torch baseline): q - Z in int32, as torch users write it,
+    which wraps for zero points far outside q's range (no spec case has one; roofkit's kernel
+    forms the difference in int64)."""
     s = _param_view(scale, q, axis).to(torch.float32)
     z = _param_view(zero_point, q, axis)
     return (q.to(torch.int32) - z).to(torch.float32) * s
@@ -321,6 +323,10 @@ def _elementwise_plan(shape: tuple, strides: tuple, tile: int, inner_max: int = 
     pass over a (P, C, Q) view of these strides, writing a contiguous tensor of its shape; at most
     ``inner_max`` elements along the unit-stride dimension."""
     P, C, Q = shape
+    for name, value in (("tile", tile), ("inner edge", inner_max)):
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"roofkit.quantize / dequantize: the {name} setting (ELEMWISE_TILE, DEQUANTIZE_TILE, "
+                             f"DEQUANTIZE_INNER) must be a power of two >= 1; got {value}")
     bp, bc, bq = _tile3_of(shape, strides, tile, inner_max)
     use_int64 = needs_int64(*(s * st for s, st in zip(shape, strides)), P * C * Q)
     return (bp, bc, bq), _cdiv(P, bp), _cdiv(C, bc), _cdiv(Q, bq), use_int64

@@ -124,8 +124,9 @@ def scatter_add(
     Numerics:
         Atomic path: each contribution is added atomically in input's dtype (as torch does), in
         an unspecified order (not bitwise reproducible); float16 / bfloat16 destinations with at
-        least as many contributions as destinations (L >= N along ``dim``) accumulate in a
-        float32 copy instead, rounded once. Deterministic path: each destination's
+        least four contributions per destination on average (L >= 4 N along ``dim``; the
+        ``FP32_ACCUMULATE_MIN_PER_DEST`` tunable) accumulate in a float32 copy instead, rounded
+        once. Deterministic path: each destination's
         contributions are summed in float32 in index order (a destination with more of them
         than the piece length, max(``SPLIT_MIN`` = 256, the power of two at or above isqrt(L))
         for L index entries along ``dim``: in pieces of that length, combined in order) and
