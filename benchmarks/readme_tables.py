@@ -167,7 +167,9 @@ def main(argv=None) -> int:
     text = README.read_text()
     a, b = _block(text)
     runs = _runs()  # (every record file read once)
-    new = "\n" + e2e_table(runs) + "\n" + tables(runs) + "\n"
+    # the per-op headline (the tables' first paragraph) first, then the whole-model runs, then the rows
+    headline, rows = tables(runs).split("\n\n", 1)
+    new = "\n" + headline + "\n\n" + e2e_table(runs) + "\n" + rows + "\n"
     if args.check:
         if text[a:b] != new:
             print("README.md's results tables differ from the records: run python benchmarks/readme_tables.py")
