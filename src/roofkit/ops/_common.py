@@ -159,6 +159,13 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+def check_power_of_two(op: str, name: str, value: int) -> None:
+    """A launch tunable that becomes a Triton block edge must be a power of two >= 1; refused
+    by name (Triton's own error would not say which setting)."""
+    if value < 1 or value & (value - 1):
+        raise ValueError(f"roofkit.{op}: the tunable {name} must be a power of two >= 1; got {value}")
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for integers, on the host (see ``next_pow2``)."""
     return -(-a // b)

@@ -34,7 +34,7 @@ import triton.language as tl
 from ..harness import baselines
 from ..harness.inputs import random_tensor
 from ..harness.spec import Cost, Inputs, OpSpec, case
-from ._common import FLOAT_DTYPES, as_int, bf16_rne, check_tensor, next_pow2, sm_count, cdiv
+from ._common import FLOAT_DTYPES, as_int, bf16_rne, check_power_of_two, check_tensor, next_pow2, sm_count, cdiv
 from ._jit import _round_for_store
 from ._runtime import Op, cached_launch, planned
 
@@ -140,12 +140,6 @@ def _split_counts(programs: int, chunks: int, target: int, max_chunks: int) -> t
 _CONFIG_CACHE = 4096
 
 
-def _power_of_two_tunable(name: str, value: int) -> None:
-    """Block edges come from these byte counts, and a Triton block edge is a power of two."""
-    if value < 1 or value & (value - 1):
-        raise ValueError(f"roofkit.sum / mean / amax: the tunable {name} must be a power of two >= 1; got {value}")
-
-
 def _rows_config(m: int, n: int, elem_size: int, device: torch.device, split: bool = True) -> Config:
     """Row reduction of an (m, n) block: tiles of TILE_BYTES (several short rows per tile)."""
     target = MIN_PROGRAMS_PER_SM * sm_count(device) if split else 0
@@ -155,7 +149,7 @@ def _rows_config(m: int, n: int, elem_size: int, device: torch.device, split: bo
 @functools.lru_cache(maxsize=_CONFIG_CACHE)
 def _rows_config_of(m: int, n: int, elem_size: int, split: bool, target: int, tile_bytes: int,
                     bytes_per_thread: int, max_chunks: int) -> Config:
-    _power_of_two_tunable("TILE_BYTES", tile_bytes)
+    check_power_of_two("sum / mean / amax", "TILE_BYTES", tile_bytes)
     tile = max(1, tile_bytes // elem_size)
     block_n = min(next_pow2(n), tile)
     block_m = min(max(1, tile // block_n), next_pow2(m))
@@ -174,8 +168,8 @@ def _cols_config(outer: int, n: int, inner: int, elem_size: int, device: torch.d
 @functools.lru_cache(maxsize=_CONFIG_CACHE)
 def _cols_config_of(outer: int, n: int, inner: int, elem_size: int, split: bool, target: int, tile_bytes: int,
                     col_segment_bytes: int, bytes_per_thread: int, max_chunks: int) -> Config:
-    _power_of_two_tunable("TILE_BYTES", tile_bytes)
-    _power_of_two_tunable("COL_SEGMENT_BYTES", col_segment_bytes)
+    check_power_of_two("sum / mean / amax", "TILE_BYTES", tile_bytes)
+    check_power_of_two("sum / mean / amax", "COL_SEGMENT_BYTES", col_segment_bytes)
     tile = max(1, tile_bytes // elem_size)
     block_i = min(next_pow2(inner), max(1, col_segment_bytes // elem_size))
     block_n = min(next_pow2(n), max(1, tile // block_i))

@@ -18,7 +18,7 @@ import triton.language as tl
 from ...harness import baselines
 from ...harness.inputs import random_tensor, with_layout
 from ...harness.spec import Cost, Inputs, OpSpec, case
-from .._common import FLOAT_DTYPES, as_int, check_same_device, check_tensor, needs_int64, sm_count
+from .._common import FLOAT_DTYPES, as_int, check_power_of_two, check_same_device, check_tensor, needs_int64, sm_count
 from .._runtime import Op, cached_launch, planned
 from ._common import _INT_RANGES, Q_DTYPES, _I8, _cdiv, _channel_shape, _esize, _pow2
 
@@ -323,10 +323,8 @@ def _elementwise_plan(shape: tuple, strides: tuple, tile: int, inner_max: int = 
     pass over a (P, C, Q) view of these strides, writing a contiguous tensor of its shape; at most
     ``inner_max`` elements along the unit-stride dimension."""
     P, C, Q = shape
-    for name, value in (("tile", tile), ("inner edge", inner_max)):
-        if value < 1 or value & (value - 1):
-            raise ValueError(f"roofkit.quantize / dequantize: the {name} setting (ELEMWISE_TILE, DEQUANTIZE_TILE, "
-                             f"DEQUANTIZE_INNER) must be a power of two >= 1; got {value}")
+    check_power_of_two("quantize / dequantize", "tile (ELEMWISE_TILE, DEQUANTIZE_TILE)", tile)
+    check_power_of_two("quantize / dequantize", "DEQUANTIZE_INNER", inner_max)
     bp, bc, bq = _tile3_of(shape, strides, tile, inner_max)
     use_int64 = needs_int64(*(s * st for s, st in zip(shape, strides)), P * C * Q)
     return (bp, bc, bq), _cdiv(P, bp), _cdiv(C, bc), _cdiv(Q, bq), use_int64
